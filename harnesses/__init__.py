@@ -1,0 +1,1 @@
+"""Harnesses: the code around the model that drives an env (contract, loader, seed harnesses)."""

@@ -1,0 +1,58 @@
+"""WHALE environments: chess puzzles, math reasoning and search QA as Gymnasium text environments.
+
+Importing this package registers the envs, so both of these work::
+
+    import whale_envs, gymnasium as gym
+    env = gym.make("whale/Chess-v0")
+    env = gym.make("whale_envs:whale/Chess-v0")   # without importing whale_envs first
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from whale_envs.tasks import (
+    SPLITS,
+    GeneratedSource,
+    ListSource,
+    Task,
+    TaskSource,
+    TaskSourceError,
+    make_source,
+    source_kinds,
+    split_ids,
+    split_of,
+)
+from whale_envs.text_env import ActionError, Outcome, TextEnv
+
+#: Every env this package registers: id -> entry point. The domain's task sources are registered
+#: when its subpackage (``whale_envs.<domain>``) is imported.
+ENVS: dict[str, str] = {
+    "whale/Chess-v0": "whale_envs.chess:ChessEnv",
+}
+
+
+def _register() -> None:
+    for env_id, entry_point in ENVS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point)
+
+
+_register()
+
+__all__ = [
+    "ENVS",
+    "SPLITS",
+    "ActionError",
+    "GeneratedSource",
+    "ListSource",
+    "Outcome",
+    "Task",
+    "TaskSource",
+    "TaskSourceError",
+    "TextEnv",
+    "make_source",
+    "source_kinds",
+    "split_ids",
+    "split_of",
+]

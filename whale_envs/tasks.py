@@ -1,0 +1,300 @@
+"""Tasks, task sources and splits.
+
+A *task* is one puzzle / question with its private answer. A *task source* is a finite, ordered
+collection of tasks: a file loader (Lichess CSV, EPD, GSM8K jsonl, ...) or a seeded procedural
+generator. Every source is named by one string, the same everywhere (``gym.make(..., tasks=...)``,
+every CLI ``--tasks``)::
+
+    kind                      bundled sample or generator:   "lichess", "generated"
+    kind:path                 a file of the user's:          "lichess:data/puzzles.csv"
+    kind?key=value&key=value  options:                       "generated?difficulty=2&seed=7"
+    kind:path?key=value       both
+
+Options may also be passed as a dict (``task_options=`` / keyword arguments); string values from a
+spec are converted to int / float / bool where they look like one.
+
+Splits are stable and disjoint: a task's split is a function of its id alone (a hash), so it never
+changes between runs, machines or dataset orderings. ``split="all"`` is the whole source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+P = TypeVar("P")
+
+#: Split names, and the share of task ids each one gets.
+SPLITS: dict[str, float] = {"train": 0.70, "harness": 0.15, "test": 0.15}
+SPLIT_NAMES = (*SPLITS, "all")
+
+
+class TaskSourceError(ValueError):
+    """A task source cannot be built: unknown kind, missing file, malformed row, bad option.
+
+    The message always names what is wrong and where (file and row where there is one).
+    """
+
+
+@dataclass(frozen=True)
+class Task(Generic[P]):
+    """One task.
+
+    Attributes:
+        id: stable identifier, the source's own where it has one (Lichess ``PuzzleId``, EPD ``id``,
+            a dataset's row index), so a result can be traced back to its row.
+        payload: domain data, *including the answer*. Only the env reads it; it never reaches an
+            observation or ``info`` before the episode ends.
+        meta: public metadata for breakdowns and filters (difficulty, rating, source file and row).
+    """
+
+    id: str
+    payload: P
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def difficulty(self) -> Any:
+        return self.meta.get("difficulty")
+
+
+@runtime_checkable
+class TaskSource(Protocol[P]):
+    """A finite, ordered collection of tasks.
+
+    ``ids()`` must be cheap (a generator knows its ids without generating the tasks); ``get`` may
+    build the task on demand and must return the same task for the same id every time.
+    """
+
+    name: str
+
+    def ids(self) -> Sequence[str]: ...
+
+    def get(self, task_id: str) -> Task[P]: ...
+
+
+def split_of(task_id: str) -> str:
+    """The split a task id belongs to: a pure function of the id (first 8 bytes of its SHA-256)."""
+    h = int.from_bytes(hashlib.sha256(task_id.encode("utf-8")).digest()[:8], "big") / 2**64
+    acc = 0.0
+    for name, share in SPLITS.items():
+        acc += share
+        if h < acc:
+            return name
+    return name  # float rounding at the top end
+
+
+def check_split(split: str) -> str:
+    if split not in SPLIT_NAMES:
+        raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLIT_NAMES)}")
+    return split
+
+
+def split_ids(source: TaskSource, split: str) -> list[str]:
+    """The ids of ``source`` that fall in ``split`` ("all" = every id), in source order."""
+    check_split(split)
+    ids = list(source.ids())
+    return ids if split == "all" else [i for i in ids if split_of(i) == split]
+
+
+class ListSource(Generic[P]):
+    """A task source over tasks already in memory (what file loaders return)."""
+
+    def __init__(self, name: str, tasks: Sequence[Task[P]]):
+        self.name = name
+        self._tasks: dict[str, Task[P]] = {}
+        for task in tasks:
+            if task.id in self._tasks:
+                raise TaskSourceError(f"{name}: duplicate task id {task.id!r}")
+            self._tasks[task.id] = task
+
+    def ids(self) -> list[str]:
+        return list(self._tasks)
+
+    def get(self, task_id: str) -> Task[P]:
+        try:
+            return self._tasks[task_id]
+        except KeyError:
+            raise KeyError(f"{self.name}: no task with id {task_id!r}") from None
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __iter__(self) -> Iterator[Task[P]]:
+        return iter(self._tasks.values())
+
+
+class GeneratedSource(Generic[P]):
+    """A seeded procedural source of tasks with known ids, each built on demand and cached.
+
+    ``make(rng, idx)`` builds one candidate for position ``idx`` from ``rng`` (a ``random.Random``
+    seeded from ``(seed, idx)`` only, so a task never depends on the source's size or on which other
+    tasks were built) and returns ``(task, content_key)``. The content key identifies what the solver
+    sees (a FEN, a question text): a candidate is kept only when its content hashes to the same split
+    as its id, so the same content can never appear in two splits (no train/test leak when a small
+    generator repeats itself). Rejected candidates just draw again from the same ``rng``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        ids: Sequence[str],
+        make: Callable[[random.Random, int], tuple[Task[P], str]],
+        *,
+        seed: int,
+        max_attempts: int = 100_000,
+    ):
+        self.name = name
+        self.seed = seed
+        self._ids = list(ids)
+        self._index = {task_id: i for i, task_id in enumerate(self._ids)}
+        if len(self._index) != len(self._ids):
+            raise TaskSourceError(f"{name}: duplicate generated task ids")
+        self._make = make
+        self._max_attempts = max_attempts
+        self._cache: dict[str, Task[P]] = {}
+
+    def ids(self) -> list[str]:
+        return list(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def get(self, task_id: str) -> Task[P]:
+        if task_id in self._cache:
+            return self._cache[task_id]
+        try:
+            idx = self._index[task_id]
+        except KeyError:
+            raise KeyError(f"{self.name}: no task with id {task_id!r}") from None
+        want = split_of(task_id)
+        rng = random.Random(self.seed * 2**32 + idx)
+        for _ in range(self._max_attempts):
+            task, content_key = self._make(rng, idx)
+            if split_of(content_key) == want:
+                self._cache[task_id] = task
+                return task
+        raise RuntimeError(
+            f"{self.name}: could not generate task {task_id!r} in {self._max_attempts} attempts"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The registry: (domain, kind) -> factory. Each domain registers its kinds in its own module.
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    domain: str
+    kind: str
+    factory: Callable[..., TaskSource]
+    path_required: bool
+    doc: str
+
+
+_KINDS: dict[tuple[str, str], SourceKind] = {}
+
+
+def register_source(
+    domain: str, kind: str, factory: Callable[..., TaskSource], *, path_required: bool = False, doc: str = ""
+) -> None:
+    """Register ``factory(path: str | None, **options) -> TaskSource`` as ``kind`` of ``domain``.
+
+    ``path`` is None when the spec names no file: the factory then uses its bundled sample, or
+    generates, or (``path_required``) is never called.
+    """
+    _KINDS[(domain, kind)] = SourceKind(domain, kind, factory, path_required, doc)
+
+
+def source_kinds(domain: str | None = None) -> list[SourceKind]:
+    return [k for (d, _), k in sorted(_KINDS.items()) if domain is None or d == domain]
+
+
+def parse_spec(spec: str) -> tuple[str, str | None, dict[str, Any]]:
+    """Split ``kind[:path][?k=v&...]`` into (kind, path, options)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise TaskSourceError(
+            f"a task source spec must be a non-empty string like 'generated' or 'kind:path', got {spec!r}"
+        )
+    rest, _, query = spec.strip().partition("?")
+    kind, sep, path = rest.partition(":")
+    options: dict[str, Any] = {}
+    for item in filter(None, query.split("&")):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise TaskSourceError(f"task source spec {spec!r}: option {item!r} is not key=value")
+        options[key.strip()] = _parse_value(value.strip())
+    return kind.strip(), (path.strip() or None) if sep else None, options
+
+
+def _parse_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _import_domain(domain: str) -> None:
+    """Domains register their kinds when their package (``whale_envs.<domain>``) is imported."""
+    try:
+        importlib.import_module(f"whale_envs.{domain}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"whale_envs.{domain}":
+            raise
+        raise TaskSourceError(f"unknown domain {domain!r}") from None
+
+
+def make_source(domain: str, spec: str | TaskSource = "generated", **options: Any) -> TaskSource:
+    """Build the task source ``spec`` names for ``domain`` (see the module docstring)."""
+    if not isinstance(spec, str):
+        if isinstance(spec, TaskSource):
+            if options:
+                raise TaskSourceError("options cannot be applied to an already built task source")
+            return spec
+        raise TaskSourceError(f"tasks must be a spec string or a TaskSource, got {type(spec).__name__}")
+    kind, path, spec_options = parse_spec(spec)
+    if not any(d == domain for d, _ in _KINDS):
+        _import_domain(domain)
+    entry = _KINDS.get((domain, kind))
+    if entry is None:
+        known = ", ".join(k.kind for k in source_kinds(domain)) or "none"
+        raise TaskSourceError(
+            f"unknown task source kind {kind!r} for domain {domain!r}; known kinds: {known}"
+        )
+    if entry.path_required and path is None:
+        raise TaskSourceError(f"task source {kind!r} needs a file: use '{kind}:PATH'")
+    merged = {**spec_options, **options}
+    accepted = inspect.signature(entry.factory).parameters
+    unknown = [k for k in merged if k not in accepted or k == "path"]
+    if unknown and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        names = ", ".join(p for p in accepted if p != "path") or "none"
+        raise TaskSourceError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for task source {kind!r}; accepted: {names}"
+        )
+    return entry.factory(path, **merged)
+
+
+def config_from_options(cls: type, where: str, options: Mapping[str, Any]) -> Any:
+    """Build a config dataclass from options and ``validate()`` it, turning mistakes into TaskSourceError."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise TaskSourceError(f"{where}: unknown option(s) {unknown}; accepted: {sorted(names)}")
+    try:
+        config = cls(**options)
+        validate = getattr(config, "validate", None)
+        if validate is not None:
+            validate()
+    except (TypeError, ValueError, AssertionError) as exc:
+        raise TaskSourceError(f"{where}: {exc}") from None
+    return config

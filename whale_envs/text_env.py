@@ -1,0 +1,223 @@
+"""The text environment core shared by every WHALE env.
+
+``TextEnv`` is a ``gymnasium.Env[str, str]``: observations and actions are text, and the structured
+state a harness needs (legal moves, passages, tool output, ...) rides along in ``info``.
+
+Contract of every subclass (checked by the tests for every registered env):
+
+* ``reset(seed=..., options={"task_id": ...})`` picks a task (seeded through ``np_random``) and starts
+  an episode; the same seed gives the same task sequence and the same observations.
+* An invalid or malformed action never raises. It costs a turn, leaves the state unchanged, and comes
+  back as a clear message in the observation and in ``info["error"]`` (None when the action was fine).
+* ``max_turns`` bounds the episode: the step that uses the last turn without ending the episode
+  truncates it.
+* Answers never appear in an observation or ``info`` before the episode ends. At the end ``info``
+  carries ``solved`` and the domain's answer fields.
+
+A subclass implements ``_start(task)``, ``_apply(action)`` (raise ``ActionError`` for a bad action,
+before changing any state), ``_observe()`` and ``_public_info()``, and optionally ``_final_info()``
+and ``_default_max_turns(task)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from whale_envs.tasks import Task, TaskSource, check_split, make_source, split_ids
+
+P = TypeVar("P")
+
+#: Longest observation (characters); longer text is cut with a note.
+MAX_OBS_CHARS = 32_768
+#: Longest action the action space admits (the env accepts anything, this only sizes the space).
+MAX_ACTION_CHARS = 8_192
+
+# Tab, newline, printable ASCII and the whole Basic Multilingual Plane except control characters and
+# surrogates: wide enough for every dataset we load (accents, CJK, math symbols). Anything else
+# (astral-plane emoji, control bytes) is shown as U+FFFD.
+_RANGES = [(0x09, 0x0A), (0x20, 0x7E), (0xA0, 0xD7FF), (0xE000, 0xFFFD)]
+CHARSET = frozenset(chr(c) for lo, hi in _RANGES for c in range(lo, hi + 1))
+_OUTSIDE = re.compile("[^\t\n\x20-\x7e\u00a0-\ud7ff\ue000-\ufffd]")
+
+
+def fit_text(text: str, max_chars: int = MAX_OBS_CHARS) -> str:
+    """Make ``text`` a member of the observation space: unknown characters → U+FFFD, cut to length."""
+    text = _OUTSIDE.sub("\ufffd", text)
+    if len(text) > max_chars:
+        note = f"\n[... cut: {len(text) - max_chars} more characters]"
+        text = text[: max_chars - len(note)] + note
+    return text
+
+
+def show_action(action: str, limit: int = 80) -> str:
+    """A short, safe rendering of an action for an error message."""
+    shown = action if len(action) <= limit else action[:limit] + "..."
+    return repr(fit_text(shown))
+
+
+class ActionError(Exception):
+    """Raised by ``_apply`` for an invalid or malformed action; the message goes to the agent."""
+
+
+@dataclass
+class Outcome:
+    """What a valid action did: the reward, whether the episode ended, and feedback for the agent."""
+
+    reward: float = 0.0
+    terminated: bool = False
+    feedback: str = ""
+
+
+class TextEnv(gym.Env[str, str], Generic[P]):
+    """Base class of the WHALE text environments (see the module docstring for the contract)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    #: Domain name under which this env's task sources are registered ("chess", "math", "search").
+    domain: ClassVar[str]
+
+    def __init__(
+        self,
+        tasks: str | TaskSource = "generated",
+        *,
+        split: str = "all",
+        task_options: Mapping[str, Any] | None = None,
+        max_turns: int | None = None,
+        render_mode: str | None = None,
+    ):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
+        if max_turns is not None and max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.render_mode = render_mode
+        self.source: TaskSource[P] = make_source(self.domain, tasks, **dict(task_options or {}))
+        self.split = check_split(split)
+        self.task_ids: list[str] = split_ids(self.source, split)
+        if not self.task_ids:
+            raise ValueError(f"task source {self.source.name!r} has no tasks in split {split!r}")
+        self._max_turns_option = max_turns
+        self.observation_space = spaces.Text(MAX_OBS_CHARS, min_length=1, charset=CHARSET)
+        self.action_space = spaces.Text(MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
+        self.task: Task[P] | None = None
+        self.turn = 0
+        self.max_turns = 0
+        self.done = True
+        self.total_reward = 0.0
+        self._last_obs = ""
+
+    # ----------------------------------------------------------------------------- subclass hooks
+
+    def _start(self, task: Task[P]) -> str:
+        """Set up the world for ``task``; return an optional message shown above the first observation."""
+        raise NotImplementedError
+
+    def _apply(self, action: str) -> Outcome:
+        """Carry out ``action``; raise ``ActionError`` (state untouched) when it is invalid."""
+        raise NotImplementedError
+
+    def _observe(self) -> str:
+        """The text of the current state (what the agent needs, never the answer)."""
+        raise NotImplementedError
+
+    def _public_info(self) -> dict[str, Any]:
+        """Structured fields of the current state for harnesses (never the answer)."""
+        return {}
+
+    def _final_info(self) -> dict[str, Any]:
+        """Fields revealed when the episode ends: ``solved`` plus the answer."""
+        return {}
+
+    def _default_max_turns(self, task: Task[P]) -> int:
+        return 8
+
+    # ----------------------------------------------------------------------------- gym API
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        task_id = options.pop("task_id", None)
+        if options:
+            raise ValueError(f"unknown reset option(s) {sorted(options)}; accepted: task_id")
+        if task_id is None:
+            task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
+        try:
+            self.task = self.source.get(str(task_id))
+        except KeyError:
+            raise ValueError(f"task_id {task_id!r} is not in task source {self.source.name!r}") from None
+        self.turn = 0
+        self.max_turns = self._max_turns_option or self._default_max_turns(self.task)
+        self.done = False
+        message = self._start(self.task)
+        self.total_reward = 0.0
+        obs = fit_text(f"{message}\n\n{self._observe()}" if message else self._observe())
+        self._last_obs = obs
+        return obs, self._info(error=None)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.task is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        if self.done:
+            error = "the episode is over; call reset() to start a new one"
+            return (
+                fit_text(f"Error: {error}"),
+                0.0,
+                True,
+                False,
+                {**self._info(error=error), **self._final_info()},
+            )
+        self.turn += 1
+        error: str | None = None
+        if not isinstance(action, str):
+            error = f"an action must be a string, got {type(action).__name__}"
+            outcome = Outcome()
+        else:
+            try:
+                outcome = self._apply(action)
+            except ActionError as exc:
+                error = str(exc)
+                outcome = Outcome()
+        terminated = outcome.terminated
+        truncated = not terminated and self.turn >= self.max_turns
+        self.done = terminated or truncated
+        self.total_reward += outcome.reward
+        parts = []
+        if error:
+            parts.append(f"Error: {error}")
+        if outcome.feedback:
+            parts.append(outcome.feedback)
+        if truncated:
+            parts.append(f"Out of turns ({self.max_turns}). The episode is over.")
+        if not self.done:
+            parts.append(self._observe())
+        obs = fit_text("\n\n".join(parts))
+        info = self._info(error=error)
+        if self.done:
+            info.update(self._final_info())
+        self._last_obs = obs
+        return obs, float(outcome.reward), bool(terminated), bool(truncated), info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._last_obs
+        return None
+
+    # ----------------------------------------------------------------------------- helpers
+
+    def _info(self, *, error: str | None) -> dict[str, Any]:
+        assert self.task is not None
+        return {
+            "task_id": self.task.id,
+            "turn": self.turn,
+            "max_turns": self.max_turns,
+            "error": error,
+            **self._public_info(),
+        }

@@ -1,0 +1,1 @@
+"""WHALE trainer: LLM backends, rollouts, RSFT, Meta-Harness search, schedules and the CLI."""
