@@ -30,6 +30,8 @@ from whale_envs.text_env import ActionError, Outcome, TextEnv
 ENVS: dict[str, str] = {
     "whale/Chess-v0": "whale_envs.chess:ChessEnv",
 }
+# (whale/Math-v0 -> whale_envs.math:MathEnv and whale/SearchQA-v0 -> whale_envs.search:SearchQAEnv
+#  are added here when those packages land.)
 
 
 def _register() -> None:
