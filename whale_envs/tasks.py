@@ -194,21 +194,36 @@ class SourceKind:
     kind: str
     factory: Callable[..., TaskSource]
     path_required: bool
+    takes_path: bool
     doc: str
+
+    @property
+    def usage(self) -> str:
+        """How the kind is written in a spec: ``generated``, ``lichess[:PATH]``, ``nq:PATH``."""
+        if not self.takes_path:
+            return self.kind
+        return f"{self.kind}:PATH" if self.path_required else f"{self.kind}[:PATH]"
 
 
 _KINDS: dict[tuple[str, str], SourceKind] = {}
 
 
 def register_source(
-    domain: str, kind: str, factory: Callable[..., TaskSource], *, path_required: bool = False, doc: str = ""
+    domain: str,
+    kind: str,
+    factory: Callable[..., TaskSource],
+    *,
+    path_required: bool = False,
+    takes_path: bool = True,
+    doc: str = "",
 ) -> None:
     """Register ``factory(path: str | None, **options) -> TaskSource`` as ``kind`` of ``domain``.
 
-    ``path`` is None when the spec names no file: the factory then uses its bundled sample, or
-    generates, or (``path_required``) is never called.
+    ``path`` is None when the spec names no file: the factory then uses its bundled sample or
+    generates. ``path_required``: the kind needs a file (the factory is never called without one);
+    ``takes_path=False``: the kind takes no file at all (generators).
     """
-    _KINDS[(domain, kind)] = SourceKind(domain, kind, factory, path_required, doc)
+    _KINDS[(domain, kind)] = SourceKind(domain, kind, factory, path_required, takes_path, doc)
 
 
 def source_kinds(domain: str | None = None) -> list[SourceKind]:
@@ -273,6 +288,8 @@ def make_source(domain: str, spec: str | TaskSource = "generated", **options: An
         )
     if entry.path_required and path is None:
         raise TaskSourceError(f"task source {kind!r} needs a file: use '{kind}:PATH'")
+    if not entry.takes_path and path is not None:
+        raise TaskSourceError(f"task source {kind!r} takes no file, got {path!r}")
     merged = {**spec_options, **options}
     accepted = inspect.signature(entry.factory).parameters
     unknown = [k for k in merged if k not in accepted or k == "path"]

@@ -212,8 +212,6 @@ def generate_puzzle(rng: random.Random, level: int, *, split: str | None = None)
 def make_generated(path: str | None = None, **options) -> GeneratedSource[ChessPuzzle]:
     """The ``generated`` task source (see the module docstring and :class:`ChessGenConfig`)."""
     config: ChessGenConfig = config_from_options(ChessGenConfig, "chess generated tasks", options)
-    if path is not None:
-        raise ValueError("the generated chess source takes no file")
     levels = config.levels()
     level_of = {
         f"chess-gen-s{config.seed}-d{levels[i % len(levels)]}-{i:05d}": levels[i % len(levels)]

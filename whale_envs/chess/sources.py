@@ -160,7 +160,11 @@ def _register() -> None:
     from whale_envs.tasks import register_source
 
     register_source(
-        "chess", "generated", make_generated, doc="mate-in-1/2 puzzles verified by search (no files)"
+        "chess",
+        "generated",
+        make_generated,
+        takes_path=False,
+        doc="mate-in-1/2 puzzles verified by search (no files)",
     )
     register_source("chess", "lichess", load_lichess, doc="Lichess puzzle CSV (bundled: 1000-puzzle sample)")
     register_source(
