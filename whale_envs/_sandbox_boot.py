@@ -1,0 +1,240 @@
+"""The child side of :mod:`whale_envs.sandbox`: sets up the jail, then runs the untrusted program.
+
+This file is not imported. :func:`whale_envs.sandbox.run_python` passes its source to a fresh
+``python -I -S -c`` together with one JSON argument, so it must only use the standard library and must
+not rely on ``__file__``. Steps, in the child:
+
+1. (``namespaces``) ``unshare`` new mount, network, PID, IPC and UTS namespaces (plus a user namespace
+   when not root); build a new root on a tmpfs that holds only read-only bind mounts of the paths the
+   interpreter needs, a size-capped tmpfs ``/sandbox`` as the working directory, four device nodes and
+   a private ``/proc``; fork PID 1 of the new PID namespace, which ``pivot_root``s into the new root.
+2. Fork the worker: resource limits (CPU, address space, file size, open files, processes, no core
+   files), drop to the sandbox uid (when started as root), ``no_new_privs``, ``exec`` the interpreter on
+   ``main.py``.
+3. PID 1 waits for the worker and exits with its status; the kernel then kills every process left in
+   the namespace (a background process cannot outlive the call).
+
+Exit status 120 + a message on stderr beginning with ``SANDBOX-SETUP:`` means the jail itself could
+not be built (the parent reports it; it never runs the code unjailed in ``namespaces`` mode).
+"""
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import stat
+import sys
+
+SETUP_FAILED = 120
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+
+PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source, target, fstype, flags, data=None):
+    enc = [None if s is None else s.encode() for s in (source, target, fstype, data)]
+    _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
+
+
+def _locked_flags(path):
+    """Mount flags of ``path`` that a user namespace may not clear on remount (keep them)."""
+    f = os.statvfs(path).f_flag
+    flags = 0
+    for st_flag, ms_flag in ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC)):
+        if f & st_flag:
+            flags |= ms_flag
+    return flags
+
+
+def _bind_readonly(source, root):
+    target = root + source
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    _mount(source, target, None, MS_BIND | MS_REC)
+    flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | _locked_flags(target)
+    _mount(None, target, None, flags)
+
+
+def _write(path, text):
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def _build_root(cfg):
+    """Mount the new root (still seen from the old one) at ``cfg['root']``."""
+    root = cfg["root"]
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for link, target in cfg["symlinks"]:
+        os.makedirs(os.path.dirname(root + link), exist_ok=True)
+        os.symlink(target, root + link)
+    for path in cfg["ro_binds"]:
+        if os.path.exists(path):
+            _bind_readonly(path, root)
+    for path in cfg["hide"]:
+        target = root + path
+        if os.path.isdir(target):
+            _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,mode=555")
+    os.makedirs(root + "/dev", exist_ok=True)
+    for dev in ("null", "zero", "random", "urandom"):
+        open(root + "/dev/" + dev, "a").close()
+        _mount("/dev/" + dev, root + "/dev/" + dev, None, MS_BIND)
+    work = root + "/sandbox"
+    os.makedirs(work)
+    uid = cfg["uid"] if cfg["uid"] is not None else 0
+    opts = f"size={cfg['work_bytes']},nr_inodes=4096,mode=700,uid={uid},gid={uid}"
+    _mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV, opts)
+    os.symlink("sandbox", root + "/tmp")
+    with open(cfg["code_path"], "rb") as src, open(work + "/main.py", "wb") as dst:
+        dst.write(src.read())
+    if cfg["uid"] is not None:
+        os.chown(work + "/main.py", uid, uid)
+    os.makedirs(root + "/proc")
+
+
+def _enter_root(cfg):
+    """In PID 1 of the new namespace: private /proc, then make the new root ``/`` and forget the old."""
+    root = cfg["root"]
+    try:
+        _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:
+        pass  # a private /proc is a convenience, not a guarantee
+    os.chdir(root)
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is not None:
+        _check(_libc.syscall(number, b".", b"."), "pivot_root")
+        _check(_libc.umount2(b".", MNT_DETACH), "umount old root")
+    else:  # unknown syscall number: chroot (safe here because the worker has no capabilities left)
+        os.chroot(".")
+    os.chdir("/sandbox")
+    # Make the root read-only now that every mount point exists.
+    _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _limit(which, value):
+    try:
+        resource.setrlimit(which, (value, value))
+    except (ValueError, OSError):
+        soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY and hard < value:
+            resource.setrlimit(which, (hard, hard))
+        else:
+            raise
+
+
+def _exec_worker(cfg):
+    """Become the untrusted program: limits, unprivileged uid, exec. Never returns."""
+    lim = cfg["limits"]
+    # Soft limit: SIGXCPU (a clean "CPU limit" report); one second later the kernel sends SIGKILL.
+    resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu_s"], lim["cpu_s"] + 1))
+    _limit(resource.RLIMIT_AS, lim["memory_bytes"])
+    _limit(resource.RLIMIT_FSIZE, lim["file_bytes"])
+    _limit(resource.RLIMIT_NOFILE, lim["open_files"])
+    _limit(resource.RLIMIT_CORE, 0)
+    uid = cfg["uid"]
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    # After the uid change: RLIMIT_NPROC counts the processes of the (fresh) sandbox uid.
+    _limit(resource.RLIMIT_NPROC, lim["processes"])
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    os.chdir(cfg["workdir"])
+    os.execve(cfg["python"], [cfg["python"], "-S", "-B", "-u", "main.py"], cfg["env"])
+
+
+def _wait_status(pid):
+    """Wait for ``pid`` (reaping any other child meanwhile); return its status as an exit code."""
+    while True:
+        try:
+            done, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 0
+        if done == pid:
+            if os.WIFSIGNALED(status):
+                return 128 + os.WTERMSIG(status)
+            return os.WEXITSTATUS(status)
+
+
+def _setup_failed(exc):
+    sys.stderr.write(f"SANDBOX-SETUP: {exc}\n")
+    sys.stderr.flush()
+    os._exit(SETUP_FAILED)
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    if cfg["isolation"] != "namespaces":
+        try:
+            os.makedirs(cfg["workdir"], exist_ok=True)
+            os.replace(cfg["code_path"], os.path.join(cfg["workdir"], "main.py"))
+            if cfg["uid"] is not None:
+                for path in (cfg["workdir"], os.path.join(cfg["workdir"], "main.py")):
+                    os.chown(path, cfg["uid"], cfg["uid"])
+                os.chmod(cfg["workdir"], stat.S_IRWXU)
+            _exec_worker(cfg)
+        except (OSError, ValueError) as exc:
+            _setup_failed(exc)
+    try:
+        flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+        real_uid, real_gid = os.getuid(), os.getgid()
+        if real_uid != 0:
+            flags |= CLONE_NEWUSER
+        _check(_libc.unshare(flags), "unshare")
+        if real_uid != 0:
+            _write("/proc/self/setgroups", "deny")
+            _write("/proc/self/uid_map", f"0 {real_uid} 1")
+            _write("/proc/self/gid_map", f"0 {real_gid} 1")
+        _build_root(cfg)
+    except OSError as exc:
+        _setup_failed(exc)
+    init = os.fork()
+    if init == 0:  # PID 1 of the new namespace
+        try:
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            _enter_root(cfg)
+        except OSError as exc:
+            _setup_failed(exc)
+        worker = os.fork()
+        if worker == 0:
+            try:
+                _exec_worker(cfg)
+            except (OSError, ValueError) as exc:
+                _setup_failed(exc)
+        os._exit(_wait_status(worker))  # leaving PID 1 kills whatever the worker left behind
+    os._exit(_wait_status(init))
+
+
+main()

@@ -1,0 +1,489 @@
+"""Run untrusted Python code (written by a model) in a separate, limited, isolated process.
+
+One call, one fresh process::
+
+    from whale_envs.sandbox import Limits, run_python
+    result = run_python("print(2**100)", Limits(wall_s=5))
+    result.stdout, result.limit, result.observation()
+
+Guarantees (``isolation="namespaces"``, Linux; what :func:`isolation_available` checks):
+
+* **Separate process, nothing shared**: a fresh interpreter started with a clean environment; the
+  caller's memory (the task, the answer) is never copied into it. Each call starts from scratch.
+* **Time**: a wall-clock limit enforced by the caller (SIGKILL), and an RLIMIT_CPU limit.
+* **Memory**: RLIMIT_AS (address space) per process; the process count is capped, so the total is
+  bounded by ``memory_mb * max_processes``.
+* **Processes**: RLIMIT_NPROC. When the caller is root (where RLIMIT_NPROC does not apply) the code
+  runs as a fresh unprivileged uid of its own, so the cap holds and all capabilities are gone.
+  Everything runs in a new PID namespace: when the program exits or is killed, the kernel kills every
+  process it left behind (a background or daemonized process cannot outlive the call).
+* **No network**: a new network namespace with no interfaces (only a down loopback).
+* **Files**: a new mount namespace whose root holds only read-only views of the interpreter (and,
+  with ``site_packages``, the installed packages, minus this project's own packages). No ``/etc``,
+  no home, no project, no task files. The working directory ``/sandbox`` (also ``/tmp``) is a private
+  tmpfs of ``file_mb`` that disappears with the call.
+* **Output**: stdout and stderr are captured up to ``output_bytes``; a program that writes more is
+  stopped and the result says so.
+* A crash, a timeout or any limit hit is a :class:`SandboxResult`, never an exception.
+
+Fallback (``isolation="none"``: not Linux, or namespaces refused, e.g. in a container without
+CAP_SYS_ADMIN and with user namespaces off): the code still runs in its own session with the same
+rlimits, a clean environment, a private temporary working directory and (as root) an unprivileged
+uid when the interpreter is readable by one, and the whole process group is killed at the end. It
+does **not** get network or file-system isolation, and a process that calls ``setsid`` can escape the
+group kill unless it runs under the sandbox uid (then a sweep of ``/proc`` by uid kills it).
+``isolation="auto"`` (the default) uses namespaces when available and warns once when it falls back;
+``isolation="namespaces"`` refuses to run code without them.
+
+The pieces a later user needs separately (the harness loader) are public: :class:`Limits`,
+:func:`isolation_available`, :func:`kill_tree`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+_BOOT_SETUP_FAILED = 120
+#: Packages of this project: hidden from the sandbox even when the installed packages are visible.
+_OWN_PACKAGES = ("whale_envs", "whale_train", "harnesses")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandboxed run (all per call).
+
+    Attributes:
+        wall_s: wall-clock seconds before the whole process tree is killed.
+        cpu_s: CPU seconds per process (RLIMIT_CPU).
+        memory_mb: address space per process (RLIMIT_AS), in MiB.
+        max_processes: processes and threads the code may have at once (RLIMIT_NPROC).
+        output_bytes: stdout + stderr kept; writing more stops the program.
+        file_mb: size of the private working directory (and of any one file written).
+        open_files: file descriptors per process (RLIMIT_NOFILE).
+        isolation: "auto", "namespaces" (refuse to run without them) or "none" (rlimits only).
+        site_packages: let the code import the installed packages (numpy, sympy, ...) read-only.
+    """
+
+    wall_s: float = 10.0
+    cpu_s: int = 10
+    memory_mb: int = 1024
+    max_processes: int = 32
+    output_bytes: int = 65_536
+    file_mb: int = 16
+    open_files: int = 64
+    isolation: str = "auto"
+    site_packages: bool = True
+
+    def validate(self) -> None:
+        for name in (
+            "wall_s",
+            "cpu_s",
+            "memory_mb",
+            "max_processes",
+            "output_bytes",
+            "file_mb",
+            "open_files",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"Limits.{name} must be a positive number, got {value!r}")
+        if self.isolation not in ("auto", "namespaces", "none"):
+            raise ValueError(
+                f"Limits.isolation must be 'auto', 'namespaces' or 'none', got {self.isolation!r}"
+            )
+
+
+@dataclass
+class SandboxResult:
+    """What one run did. ``limit`` names the limit that stopped it, if any.
+
+    ``limit`` is one of None, "wall" (wall-clock), "cpu", "memory" (a MemoryError or an allocation
+    failure), "output" (too much output), "file" (a file over ``file_mb``) or "setup" (the sandbox
+    itself could not start; ``error`` says why, and the code did not run).
+    """
+
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    limit: str | None = None
+    output_truncated: bool = False
+    wall_s: float = 0.0
+    isolation: str = "none"
+    error: str | None = None
+    details: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """The program ran to completion and exited with status 0."""
+        return self.exit_code == 0 and self.limit is None
+
+    def observation(self, max_chars: int = 4000) -> str:
+        """The result as text for an agent: output (cut with a note), then a status line if not ok."""
+        parts = []
+        out, err = self.stdout, self.stderr
+        body = out if not err else (f"{out}\n[stderr]\n{err}" if out else f"[stderr]\n{err}")
+        if len(body) > max_chars:
+            body = cut_middle(body, max_chars)
+        elif self.output_truncated:
+            body += "\n[... output cut: more output was produced than the sandbox keeps]"
+        parts.append(body if body.strip() else "(no output)")
+        status = _STATUS.get(self.limit)
+        if status:
+            parts.append(status.format(r=self))
+        elif self.exit_code not in (0, None):
+            parts.append(f"[exit status {self.exit_code}]")
+        return "\n".join(parts)
+
+
+def cut_middle(text: str, max_chars: int) -> str:
+    """Keep the head and the tail of ``text`` (a traceback's last line matters most), note the cut."""
+    if len(text) <= max_chars:
+        return text
+    head = max_chars * 2 // 3
+    tail = max_chars - head
+    return f"{text[:head]}\n[... output cut: {len(text) - max_chars} characters left out ...]\n{text[-tail:]}"
+
+
+_STATUS = {
+    "wall": "[stopped: wall-clock limit of {r.details[wall_s]:g} s reached]",
+    "cpu": "[stopped: CPU time limit of {r.details[cpu_s]} s reached]",
+    "memory": "[stopped: memory limit of {r.details[memory_mb]} MiB reached]",
+    "output": "[stopped: output limit of {r.details[output_bytes]} bytes reached]",
+    "file": "[stopped: file size limit of {r.details[file_mb]} MiB reached]",
+    "setup": "[the sandbox could not start: {r.error}]",
+}
+
+
+# ------------------------------------------------------------------------------------ isolation
+
+
+@lru_cache(maxsize=1)
+def isolation_available() -> bool:
+    """Whether this machine can run code in namespaces (Linux, and unshare is permitted). Cached."""
+    if not sys.platform.startswith("linux"):
+        return False
+    result = _run(
+        "import sys; sys.stdout.write('ok')",
+        Limits(wall_s=30, cpu_s=10, isolation="namespaces"),
+        probing=True,
+    )
+    return result.exit_code == 0 and result.stdout == "ok"
+
+
+_WARNED = False
+
+
+def _choose_isolation(limits: Limits) -> str:
+    global _WARNED
+    if limits.isolation == "none":
+        return "none"
+    if isolation_available():
+        return "namespaces"
+    if limits.isolation == "namespaces":
+        return "unavailable"
+    if not _WARNED:
+        _WARNED = True
+        warnings.warn(
+            "whale_envs.sandbox: Linux namespaces are not available here; model code runs with resource "
+            "limits only (no network or file-system isolation). See the module docstring.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return "none"
+
+
+# ------------------------------------------------------------------------------------ the run
+
+
+def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
+    """Run ``code`` as ``main.py`` in a fresh sandboxed interpreter and return what happened.
+
+    Never raises for anything the code does (see :class:`SandboxResult`); raises ``ValueError`` only
+    for invalid ``limits``.
+    """
+    limits = limits or Limits()
+    limits.validate()
+    isolation = _choose_isolation(limits)
+    if isolation == "unavailable":
+        return SandboxResult(
+            exit_code=None,
+            limit="setup",
+            isolation="none",
+            error="isolation='namespaces' was required but Linux namespaces are not available here",
+            details=asdict(limits),
+        )
+    return _run(code, limits, isolation=isolation)
+
+
+def _run(code: str, limits: Limits, *, isolation: str = "namespaces", probing: bool = False) -> SandboxResult:
+    details = asdict(limits)
+    tmp = Path(tempfile.mkdtemp(prefix="whale-sandbox-"))
+    uid = _sandbox_uid() if os.geteuid() == 0 else None
+    try:
+        code_path = tmp / "code.py"
+        code_path.write_text(code, encoding="utf-8", errors="replace")
+        cfg = _boot_config(tmp, code_path, limits, isolation, uid)
+        if isolation == "none" and uid is not None and not _world_readable(cfg["python"]):
+            cfg["uid"] = uid = None  # the interpreter lives where an unprivileged uid cannot read it
+        if cfg["uid"] is not None:
+            tmp.chmod(0o755)
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                [_boot_python(), "-I", "-S", "-c", _boot_source(), json.dumps(cfg)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                cwd=str(tmp),
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            )
+        except OSError as exc:
+            return SandboxResult(limit="setup", error=f"cannot start the interpreter: {exc}", details=details)
+        out, err, limit, truncated = _collect(proc, limits, start)
+        kill_tree(proc.pid, uid)
+        proc.wait()
+        wall = time.monotonic() - start
+        code_ = proc.returncode
+        exit_code = code_ if code_ >= 0 else 128 - code_
+        stdout = out.decode("utf-8", errors="replace")
+        stderr = err.decode("utf-8", errors="replace")
+        error = None
+        if exit_code == _BOOT_SETUP_FAILED and stderr.startswith("SANDBOX-SETUP:"):
+            limit, error = "setup", stderr.removeprefix("SANDBOX-SETUP:").strip()
+            stderr = ""
+        elif limit is None:
+            limit = _limit_from_exit(exit_code, stderr)
+        if not probing and limit == "setup" and isolation == "namespaces":
+            error = f"{error} (the code was not run)"
+        return SandboxResult(
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=exit_code,
+            limit=limit,
+            output_truncated=truncated,
+            wall_s=wall,
+            isolation=isolation,
+            error=error,
+            details=details,
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _collect(proc: subprocess.Popen, limits: Limits, start: float) -> tuple[bytes, bytes, str | None, bool]:
+    """Read stdout/stderr until the process exits, the wall clock runs out or the output cap is hit."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
+    sel = selectors.DefaultSelector()
+    for pipe in (proc.stdout, proc.stderr):
+        os.set_blocking(pipe.fileno(), False)
+        sel.register(pipe.fileno(), selectors.EVENT_READ)
+    limit = None
+    truncated = False
+    deadline = start + limits.wall_s
+    try:
+        while sel.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                limit = "wall"
+                break
+            if proc.poll() is not None:
+                remaining = min(remaining, 0.05)  # exited: drain what is there, do not wait for orphans
+            events = sel.select(timeout=remaining)
+            if not events and proc.poll() is not None:
+                break
+            for key, _ in events:
+                try:
+                    chunk = os.read(key.fd, 65_536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                buf = bufs[key.fd]
+                room = limits.output_bytes - sum(len(b) for b in bufs.values())
+                buf += chunk[: max(room, 0)]
+                if len(chunk) > room:
+                    truncated = True
+                    limit = "output"
+            if limit == "output":
+                break
+    finally:
+        sel.close()
+        proc.stdout.close()
+        proc.stderr.close()
+    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), limit, truncated
+
+
+def _limit_from_exit(exit_code: int, stderr: str) -> str | None:
+    """Which limit a finished run hit, judged from its exit status and the last line of stderr."""
+    if exit_code == 128 + signal.SIGXCPU:
+        return "cpu"
+    if exit_code == 128 + signal.SIGXFSZ:
+        return "file"
+    last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    if last.startswith("MemoryError") or "Cannot allocate memory" in last:
+        return "memory"
+    return None
+
+
+# ------------------------------------------------------------------------------------ clean-up
+
+
+def kill_tree(pgid: int, uid: int | None = None) -> None:
+    """SIGKILL the process group ``pgid`` and, when ``uid`` is given, every process owned by ``uid``.
+
+    ``uid`` is the sandbox's own uid (never a real user's): the sweep catches processes that left the
+    group with ``setsid``. Processes already gone are ignored.
+    """
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if uid is None:
+        return
+    for _ in range(3):  # a process forking during the sweep is caught by the next pass
+        found = False
+        for pid in _pids_of_uid(uid):
+            found = True
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if not found:
+            return
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _sandbox_uid() -> int:
+    """A fresh unprivileged uid for one run (root only): its RLIMIT_NPROC count starts at zero."""
+    return 1_900_000_000 + secrets.randbelow(100_000_000)
+
+
+# ------------------------------------------------------------------------------------ configuration
+
+
+@lru_cache(maxsize=1)
+def _boot_source() -> str:
+    return (resources.files("whale_envs") / "_sandbox_boot.py").read_text(encoding="utf-8")
+
+
+def _boot_python() -> str:
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+def _world_readable(path: str) -> bool:
+    p = Path(path)
+    for part in [p, *p.parents]:
+        try:
+            mode = part.stat().st_mode
+        except OSError:
+            return False
+        if part != p and not mode & 0o001:
+            return False
+    return bool(p.stat().st_mode & 0o005 == 0o005)
+
+
+def _site_dirs() -> list[str]:
+    dirs = []
+    for key in ("purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path and os.path.isdir(path) and path not in dirs:
+            dirs.append(os.path.realpath(path))
+    return dirs
+
+
+def _hidden_dirs() -> list[str]:
+    """This project's package dirs (they hold bundled answers), wherever they are installed."""
+    hidden = []
+    for name in _OWN_PACKAGES:
+        try:
+            spec_dirs = resources.files(name)
+        except ModuleNotFoundError:
+            continue
+        path = os.path.realpath(str(spec_dirs))
+        if os.path.isdir(path):
+            hidden.append(path)
+    return hidden
+
+
+def _boot_config(tmp: Path, code_path: Path, limits: Limits, isolation: str, uid: int | None) -> dict:
+    python = _boot_python()
+    prefix = os.path.realpath(sys.base_prefix)
+    site = _site_dirs() if limits.site_packages else []
+    ro_binds = ["/usr", prefix, *site]
+    for name in ("/etc/ld.so.cache",):
+        ro_binds.append(name)
+    symlinks = []
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            symlinks.append((top, os.readlink(top)))
+        elif os.path.isdir(top):
+            ro_binds.append(top)
+    ro_binds = sorted(set(ro_binds), key=len)  # parents before children
+    ro_binds = [p for p in ro_binds if not any(p != q and p.startswith(q + "/") for q in ro_binds)]
+    hidden = [h for h in _hidden_dirs() if any(h.startswith(b + "/") for b in ro_binds)]
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/sandbox" if isolation == "namespaces" else str(tmp / "work"),
+        "TMPDIR": "/sandbox" if isolation == "namespaces" else str(tmp / "work"),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": os.pathsep.join(site),
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONHASHSEED": "0",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+    (tmp / "root").mkdir()
+    return {
+        "isolation": isolation,
+        "root": str(tmp / "root"),
+        "workdir": "/sandbox" if isolation == "namespaces" else str(tmp / "work"),
+        "code_path": str(code_path),
+        "python": python,
+        "ro_binds": ro_binds,
+        "symlinks": symlinks,
+        "hide": hidden,
+        "uid": uid,
+        "work_bytes": limits.file_mb * 1024 * 1024,
+        "env": env,
+        "limits": {
+            "cpu_s": int(limits.cpu_s),
+            "memory_bytes": int(limits.memory_mb) * 1024 * 1024,
+            "file_bytes": int(limits.file_mb) * 1024 * 1024,
+            "open_files": int(limits.open_files),
+            "processes": int(limits.max_processes),
+        },
+    }
