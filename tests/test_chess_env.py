@@ -164,8 +164,11 @@ def test_illegal_move_message_is_specific(lichess_env):
         "a7a8"
     )  # well-formed UCI, but a7 holds White's rook and Black is to move
     assert info["error"].startswith("illegal move 'a7a8' in this position")
+    assert info["error_kind"] == "illegal"
     _, _, _, _, info = lichess_env.step("Nf3")
     assert "illegal move 'Nf3'" in info["error"]
+    _, _, _, _, info = lichess_env.step("my move is Nf3")
+    assert info["error"].startswith("malformed move") and info["error_kind"] == "malformed"
 
 
 def test_no_answer_in_observation_or_info_before_the_end(lichess_env):

@@ -62,7 +62,16 @@ def show_action(action: str, limit: int = 80) -> str:
 
 
 class ActionError(Exception):
-    """Raised by ``_apply`` for an invalid or malformed action; the message goes to the agent."""
+    """Raised by ``_apply`` for an invalid or malformed action; the message goes to the agent.
+
+    ``kind`` names the failure for statistics (``info["error_kind"]``): ``"malformed"`` (the action
+    could not be parsed), ``"illegal"`` (parsed, but not allowed in this state), ``"budget"`` (a
+    bounded resource such as tool calls is used up), or a domain's own kind.
+    """
+
+    def __init__(self, message: str, kind: str = "malformed"):
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass
@@ -176,14 +185,15 @@ class TextEnv(gym.Env[str, str], Generic[P]):
             )
         self.turn += 1
         error: str | None = None
+        error_kind: str | None = None
         if not isinstance(action, str):
-            error = f"an action must be a string, got {type(action).__name__}"
+            error, error_kind = f"an action must be a string, got {type(action).__name__}", "malformed"
             outcome = Outcome()
         else:
             try:
                 outcome = self._apply(action)
             except ActionError as exc:
-                error = str(exc)
+                error, error_kind = str(exc), exc.kind
                 outcome = Outcome()
         terminated = outcome.terminated
         truncated = not terminated and self.turn >= self.max_turns
@@ -200,6 +210,7 @@ class TextEnv(gym.Env[str, str], Generic[P]):
             parts.append(self._observe())
         obs = fit_text("\n\n".join(parts))
         info = self._info(error=error)
+        info["error_kind"] = error_kind
         if self.done:
             info.update(self._final_info())
         self._last_obs = obs
@@ -219,5 +230,6 @@ class TextEnv(gym.Env[str, str], Generic[P]):
             "turn": self.turn,
             "max_turns": self.max_turns,
             "error": error,
+            "error_kind": None,
             **self._public_info(),
         }

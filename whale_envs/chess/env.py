@@ -58,7 +58,7 @@ class ChessEnv(TextEnv[ChessPuzzle]):
         try:
             move = parse_move(self.board, action)
         except MoveParseError as exc:
-            raise ActionError(str(exc)) from None
+            raise ActionError(str(exc), exc.kind) from None
         shown = bare_san(self.board, move)
         self.played.append(move.uci())
         puzzle = self.puzzle

@@ -47,7 +47,14 @@ def bare_san(board: chess.Board, move: chess.Move) -> str:
 
 
 class MoveParseError(ValueError):
-    """The text is not a move in this position; the message says why, for the agent."""
+    """The text is not a move in this position; the message says why, for the agent.
+
+    ``kind``: ``"malformed"`` (not a move at all) or ``"illegal"`` (a move, but not legal here).
+    """
+
+    def __init__(self, message: str, kind: str = "malformed"):
+        super().__init__(message)
+        self.kind = kind
 
 
 def parse_move(board: chess.Board, text: str) -> chess.Move:
@@ -71,7 +78,7 @@ def parse_move(board: chess.Board, text: str) -> chess.Move:
         try:
             move = board.parse_uci(uci)
         except chess.IllegalMoveError:
-            raise MoveParseError(_illegal(board, uci)) from None
+            raise MoveParseError(_illegal(board, uci), "illegal") from None
         except ValueError:
             raise MoveParseError(f"malformed UCI move {_show(raw)}") from None
         return move
@@ -82,7 +89,7 @@ def parse_move(board: chess.Board, text: str) -> chess.Move:
             f"ambiguous move {_show(raw)}: add the origin file or rank (e.g. Nbd7), or use UCI"
         ) from None
     except chess.IllegalMoveError:
-        raise MoveParseError(_illegal(board, raw)) from None
+        raise MoveParseError(_illegal(board, raw), "illegal") from None
     except ValueError:
         raise MoveParseError(
             f"malformed move {_show(raw)}: expected a single move in UCI (e2e4) or SAN (Nf3) notation"
