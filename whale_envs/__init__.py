@@ -29,9 +29,9 @@ from whale_envs.text_env import ActionError, Outcome, TextEnv
 #: when its subpackage (``whale_envs.<domain>``) is imported.
 ENVS: dict[str, str] = {
     "whale/Chess-v0": "whale_envs.chess:ChessEnv",
+    "whale/SearchQA-v0": "whale_envs.search:SearchQAEnv",
 }
-# (whale/Math-v0 -> whale_envs.math:MathEnv and whale/SearchQA-v0 -> whale_envs.search:SearchQAEnv
-#  are added here when those packages land.)
+# (whale/Math-v0 -> whale_envs.math:MathEnv is added here when that package lands.)
 
 
 def _register() -> None:

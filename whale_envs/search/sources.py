@@ -1,0 +1,434 @@
+"""Search QA task sources: HotpotQA, MuSiQue and NQ-open files (bundled samples or the user's), plus
+the generator.
+
+Spec strings (``tasks=`` of the env, or any ``--tasks``)::
+
+    generated[?difficulty=1-3&distractors=2&corpus_size=40&seed=0&size=4000]   (the default, no files)
+    hotpotqa                       bundled: 100 HotpotQA train questions + their 994-passage corpus
+    hotpotqa?sample=dev            bundled: the first 53 questions of the official distractor dev set
+    hotpotqa:QUESTIONS.json[?corpus=CORPUS]
+    musique                        bundled: 100 MuSiQue-Ans train questions + their 1890-passage corpus
+    musique:QUESTIONS.json[l][?corpus=CORPUS]
+    nq:QUESTIONS.jsonl?corpus=CORPUS   NQ-open questions over the user's corpus
+
+The corpus of a HotpotQA or MuSiQue question file is, in order: the ``corpus=`` file; else a file
+``<stem>_corpus.json`` (or ``.jsonl``) beside the question file; else every context paragraph of the
+question file. NQ-open has no passages, so ``corpus=`` is required (the 3610 NQ-open dev questions are
+bundled: ``bundled_path("nq_open", "NQ-open.dev.jsonl")``, or ``load_nq(corpus=...)``). Corpus files (see
+:func:`load_corpus`): a JSON object ``{title: text or [sentences]}``, a JSON list or JSON Lines of
+``{"title", "text"}`` records (``"id"`` optional; Pyserini-style ``{"id", "contents"}`` with the title on
+the first line also works), or a DPR-style TSV with ``id``, ``text`` and ``title`` columns. ``.gz`` is read
+transparently.
+
+Task ids are the dataset's own: HotpotQA ``_id``, MuSiQue ``id``, the 0-based row index for NQ-open.
+A source built from the same files is built once per process and shared, corpus and all.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from whale_envs.data import bundled_path
+from whale_envs.search.corpus import Corpus, Passage, SearchQuestion, unique_ids
+from whale_envs.tasks import ListSource, Task, TaskSourceError
+
+HOTPOT_SAMPLES = {
+    "train": "hotpotqa_train_sample100.json",
+    "dev": "hotpot_dev_distractor_v1.first53.json",
+}
+MUSIQUE_SAMPLE = "musique_train_sample100.json"
+NQ_SAMPLE = "NQ-open.dev.jsonl"
+
+# (kind, question file, corpus file, options) -> source / corpus: one parse per process.
+_SOURCES: dict[tuple, ListSource[SearchQuestion]] = {}
+_CORPORA: dict[tuple, Corpus] = {}
+
+
+# ------------------------------------------------------------------------------ reading files
+
+
+def _existing(path: str | Path, what: str) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise TaskSourceError(f"{what}: file not found: {p}")
+    return p
+
+
+def _file_key(path: Path) -> tuple:
+    st = path.stat()
+    return (str(path.resolve()), st.st_mtime_ns, st.st_size)
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def _base_suffix(path: Path) -> str:
+    """``.json``, ``.jsonl`` or ``.tsv``, looking through a ``.gz``."""
+    return Path(path.stem).suffix if path.suffix == ".gz" else path.suffix
+
+
+def read_records(path: Path) -> Iterator[tuple[int, str, Any]]:
+    """Yield ``(row, where, record)`` for a JSON array or JSON Lines file: ``row`` is the 1-based line
+    (JSON Lines) or record number (JSON array), ``where`` names file and row for messages."""
+    if _base_suffix(path) == ".jsonl":
+        with _open_text(path) as fh:
+            for line_no, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise TaskSourceError(f"{path}, line {line_no}: not valid JSON: {exc}") from None
+                yield line_no, f"{path}, line {line_no}", record
+        return
+    with _open_text(path) as fh:
+        try:
+            data = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise TaskSourceError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, list):
+        raise TaskSourceError(f"{path}: expected a JSON list of records, got a JSON {type(data).__name__}")
+    for i, record in enumerate(data, start=1):
+        yield i, f"{path}, record {i}", record
+
+
+def _field(record: Any, where: str, name: str, kind: type | tuple[type, ...] = str, *, empty: bool = False):
+    if not isinstance(record, dict):
+        raise TaskSourceError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    if name not in record:
+        raise TaskSourceError(f"{where}: missing field {name!r}")
+    value = record[name]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise TaskSourceError(f"{where}: field {name!r} should be {_kind_name(kind)}, got {value!r:.80}")
+    if not empty and isinstance(value, str) and not value.strip():
+        raise TaskSourceError(f"{where}: field {name!r} is empty")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(
+        {str: "a string", list: "a list", int: "an integer", bool: "true/false"}[k] for k in kinds
+    )
+
+
+def _text_of(value: Any, where: str) -> str:
+    """A passage text given as a string or as a list of sentences (HotpotQA: joined as they are)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return "".join(value)
+    raise TaskSourceError(f"{where}: a passage text must be a string or a list of strings, got {value!r:.80}")
+
+
+def _passage_record(record: Any, where: str) -> tuple[str | None, str, str]:
+    """(id or None, title, text) of one corpus record."""
+    if not isinstance(record, dict):
+        raise TaskSourceError(f"{where}: expected a JSON object with 'title' and 'text', got {record!r:.80}")
+    pid = record.get("id", record.get("_id"))
+    if "text" in record:
+        title = record.get("title", "")
+        if not isinstance(title, str):
+            raise TaskSourceError(f"{where}: field 'title' should be a string, got {title!r:.80}")
+        text = _text_of(record["text"], where)
+    elif "contents" in record:  # Pyserini / Search-R1 style: '"Title"\ntext'
+        contents = _text_of(record["contents"], where)
+        first, _, rest = contents.partition("\n")
+        title, text = first.strip().strip('"'), rest.strip()
+    else:
+        raise TaskSourceError(f"{where}: a corpus record needs 'text' (and 'title') or 'contents'")
+    if not (title.strip() or text.strip()):
+        raise TaskSourceError(f"{where}: the passage has neither title nor text")
+    return (None if pid is None else str(pid)), title, text
+
+
+def _build_corpus(name: str, rows: list[tuple[str | None, str, str]], where: str) -> Corpus:
+    titles = [t for _, t, _ in rows]
+    fallback = unique_ids(titles)
+    passages = [Passage(pid if pid is not None else fallback[i], t, x) for i, (pid, t, x) in enumerate(rows)]
+    try:
+        return Corpus(name, passages)
+    except ValueError as exc:
+        raise TaskSourceError(f"{where}: {exc}") from None
+
+
+def load_corpus(path: str | Path) -> Corpus:
+    """Load a corpus file (formats in the module docstring). Cached per file (path, mtime, size)."""
+    file = _existing(path, "search corpus")
+    key = ("corpus", *_file_key(file))
+    if key in _CORPORA:
+        return _CORPORA[key]
+    suffix = _base_suffix(file)
+    rows: list[tuple[str | None, str, str]] = []
+    if suffix == ".tsv":
+        with _open_text(file) as fh:
+            reader = csv.DictReader(fh, delimiter="\t")
+            if "text" not in (reader.fieldnames or []):
+                raise TaskSourceError(
+                    f"{file}: a TSV corpus needs a header with a 'text' column (and 'title', 'id')"
+                )
+            for row_no, row in enumerate(reader, start=2):
+                rows.append(_passage_record(row, f"{file}, row {row_no}"))
+    elif suffix == ".json" and _json_is_object(file):
+        with _open_text(file) as fh:
+            data = json.load(fh)
+        for title, value in data.items():
+            rows.append((None, title, _text_of(value, f"{file}, entry {title!r}")))
+    else:
+        rows = [_passage_record(record, where) for _, where, record in read_records(file)]
+    if not rows:
+        raise TaskSourceError(f"{file}: the corpus has no passages")
+    corpus = _build_corpus(str(path), rows, str(file))
+    _CORPORA[key] = corpus
+    return corpus
+
+
+def _json_is_object(file: Path) -> bool:
+    with _open_text(file) as fh:
+        while True:
+            ch = fh.read(1)
+            if not ch or not ch.isspace():
+                return ch == "{"
+
+
+def _sibling_corpus(questions: Path) -> Path | None:
+    for suffix in (".json", ".jsonl"):
+        candidate = questions.with_name(f"{questions.name.split('.')[0]}_corpus{suffix}")
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+class _Lookup:
+    """Find supporting passages in a corpus by (title, text), falling back to a unique title."""
+
+    def __init__(self, corpus: Corpus):
+        self.corpus = corpus
+        self.exact: dict[tuple[str, str], str] = {}
+        self.titles: dict[str, list[str]] = {}
+        for p in corpus.passages:
+            self.exact.setdefault((p.title, p.text.strip()), p.id)
+            self.titles.setdefault(p.title, []).append(p.id)
+
+    def find(self, title: str, text: str | None, where: str) -> str:
+        if text is not None and (title, text.strip()) in self.exact:
+            return self.exact[(title, text.strip())]
+        ids = self.titles.get(title, [])
+        if len(ids) == 1:
+            return ids[0]
+        problem = "is not in" if not ids else f"matches {len(ids)} passages of"
+        raise TaskSourceError(f"{where}: supporting passage {title!r} {problem} corpus {self.corpus.name!r}")
+
+
+def _cached_source(key: tuple, build: Callable[[], ListSource[SearchQuestion]]) -> ListSource[SearchQuestion]:
+    if key not in _SOURCES:
+        _SOURCES[key] = build()
+    return _SOURCES[key]
+
+
+def _resolve(path: str | None, bundled: tuple[str, str], what: str) -> tuple[Path, str]:
+    if path:
+        return _existing(path, what), f"{what}:{path}"
+    return bundled_path(*bundled), what
+
+
+def _corpus_for(questions: Path, corpus: str | None) -> Path | None:
+    if corpus is not None:
+        return _existing(corpus, "search corpus")
+    return _sibling_corpus(questions)
+
+
+# ------------------------------------------------------------------------------ HotpotQA
+
+
+def load_hotpotqa(
+    path: str | None = None, *, corpus: str | None = None, sample: str | None = None
+) -> ListSource[SearchQuestion]:
+    """HotpotQA questions (``_id``, ``question``, ``answer``, ``supporting_facts``, ``context``).
+
+    ``sample`` picks a bundled file when no path is given: ``train`` (default) or ``dev``.
+    """
+    if path and sample is not None:
+        raise TaskSourceError("hotpotqa: 'sample' picks a bundled file; it cannot be used with a path")
+    if sample is not None and sample not in HOTPOT_SAMPLES:
+        raise TaskSourceError(f"hotpotqa: unknown sample {sample!r}; choose one of {sorted(HOTPOT_SAMPLES)}")
+    bundled = ("hotpotqa", HOTPOT_SAMPLES[sample or "train"])
+    file, name = _resolve(path, bundled, "hotpotqa")
+    if sample is not None:
+        name = f"hotpotqa?sample={sample}"
+    corpus_file = _corpus_for(file, corpus)
+    key = ("hotpotqa", _file_key(file), corpus_file and _file_key(corpus_file))
+    return _cached_source(key, lambda: _build_hotpotqa(file, name, corpus_file))
+
+
+def _build_hotpotqa(file: Path, name: str, corpus_file: Path | None) -> ListSource[SearchQuestion]:
+    records = []
+    for row, where, record in read_records(file):
+        task_id = _field(record, where, "_id")
+        question = _field(record, where, "question")
+        answer = _field(record, where, "answer")
+        facts = _field(record, where, "supporting_facts", list)
+        titles = []
+        for fact in facts:
+            if not (isinstance(fact, list) and fact and isinstance(fact[0], str)):
+                raise TaskSourceError(
+                    f"{where} ({task_id}): a supporting fact should be [title, index], got {fact!r:.80}"
+                )
+            titles.append(fact[0])
+        context: dict[str, str] = {}
+        for item in record.get("context", []):
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+                raise TaskSourceError(
+                    f"{where} ({task_id}): a context entry should be [title, sentences], got {item!r:.80}"
+                )
+            context[item[0]] = _text_of(item[1], f"{where} ({task_id}), context {item[0]!r}")
+        meta = {"difficulty": record.get("level"), "type": record.get("type"), "source": name, "row": row}
+        records.append((where, task_id, question, answer, list(dict.fromkeys(titles)), context, meta))
+    if corpus_file is not None:
+        corpus = load_corpus(corpus_file)
+    else:  # every context paragraph of the file, once, in order of first appearance
+        seen: dict[tuple[str, str], None] = {}
+        for *_, context, _ in records:
+            for title, text in context.items():
+                seen.setdefault((title, text), None)
+        rows = [(None, title, text) for title, text in seen]
+        if not rows:
+            raise TaskSourceError(
+                f"{file}: no context paragraphs to search and no corpus file; pass corpus=PATH"
+            )
+        corpus = _build_corpus(f"{name} (context paragraphs)", rows, str(file))
+    lookup = _Lookup(corpus)
+    tasks = []
+    for where, task_id, question, answer, titles, context, meta in records:
+        where = f"{where} ({task_id})"
+        supporting = tuple(lookup.find(t, context.get(t), where) for t in titles)
+        tasks.append(Task(task_id, SearchQuestion(question, (answer,), corpus, supporting), meta))
+    return _list_source(name, tasks, file)
+
+
+def _list_source(name: str, tasks: list[Task[SearchQuestion]], file: Path) -> ListSource[SearchQuestion]:
+    if not tasks:
+        raise TaskSourceError(f"{file}: no questions")
+    return ListSource(name, tasks)
+
+
+# ------------------------------------------------------------------------------ MuSiQue
+
+
+def load_musique(path: str | None = None, *, corpus: str | None = None) -> ListSource[SearchQuestion]:
+    """MuSiQue questions (``id``, ``question``, ``answer``, ``answer_aliases``, ``paragraphs``), JSON or
+    JSON Lines. Unanswerable questions (``answerable`` false, MuSiQue-Full) are skipped."""
+    file, name = _resolve(path, ("musique", MUSIQUE_SAMPLE), "musique")
+    corpus_file = _corpus_for(file, corpus)
+    key = ("musique", _file_key(file), corpus_file and _file_key(corpus_file))
+    return _cached_source(key, lambda: _build_musique(file, name, corpus_file))
+
+
+def _build_musique(file: Path, name: str, corpus_file: Path | None) -> ListSource[SearchQuestion]:
+    records = []
+    for row, where, record in read_records(file):
+        task_id = _field(record, where, "id")
+        if record.get("answerable") is False:
+            continue
+        question = _field(record, where, "question")
+        answer = _field(record, where, "answer")
+        aliases = _field(record, where, "answer_aliases", list) if "answer_aliases" in record else []
+        if not all(isinstance(a, str) for a in aliases):
+            raise TaskSourceError(f"{where} ({task_id}): answer_aliases should be a list of strings")
+        paragraphs = []
+        for i, par in enumerate(_field(record, where, "paragraphs", list)):
+            at = f"{where} ({task_id}), paragraph {i}"
+            title = _field(par, at, "title", empty=True)
+            text = _field(par, at, "paragraph_text", empty=True)
+            paragraphs.append((title, text, bool(par.get("is_supporting"))))
+        hops = task_id.split("hop", 1)[0]
+        meta = {"difficulty": int(hops) if hops.isdigit() else None, "source": name, "row": row}
+        answers = tuple(dict.fromkeys([answer, *aliases]))
+        records.append((where, task_id, question, answers, paragraphs, meta))
+    if corpus_file is not None:
+        corpus = load_corpus(corpus_file)
+    else:
+        seen: dict[tuple[str, str], None] = {}
+        for *_, paragraphs, _ in records:
+            for title, text, _ in paragraphs:
+                seen.setdefault((title, text), None)
+        corpus = _build_corpus(f"{name} (paragraphs)", [(None, t, x) for t, x in seen], str(file))
+    lookup = _Lookup(corpus)
+    tasks = []
+    for where, task_id, question, answers, paragraphs, meta in records:
+        at = f"{where} ({task_id})"
+        supporting = tuple(dict.fromkeys(lookup.find(t, x, at) for t, x, gold in paragraphs if gold))
+        tasks.append(Task(task_id, SearchQuestion(question, answers, corpus, supporting or None), meta))
+    return _list_source(name, tasks, file)
+
+
+# ------------------------------------------------------------------------------ NQ-open
+
+
+def load_nq(path: str | None = None, *, corpus: str | None = None) -> ListSource[SearchQuestion]:
+    """NQ-open questions (JSON Lines of ``question`` and ``answer`` list) over the corpus ``corpus=``.
+
+    Without a path (only when called from Python) the bundled NQ-open dev questions are used."""
+    if corpus is None:
+        raise TaskSourceError(
+            "nq: NQ-open has no passages, so it needs a corpus: 'nq:QUESTIONS.jsonl?corpus=PATH'"
+            " (a JSON/JSON Lines file of title+text records, or a DPR-style TSV)"
+        )
+    file, name = _resolve(path, ("nq_open", NQ_SAMPLE), "nq")
+    corpus_file = _existing(corpus, "search corpus")
+    key = ("nq", _file_key(file), _file_key(corpus_file))
+    return _cached_source(key, lambda: _build_nq(file, name, corpus_file))
+
+
+def _build_nq(file: Path, name: str, corpus_file: Path) -> ListSource[SearchQuestion]:
+    shared = load_corpus(corpus_file)
+    tasks = []
+    for index, (row, where, record) in enumerate(read_records(file)):
+        question = _field(record, where, "question")
+        answers = _field(record, where, "answer", list)
+        if not answers or not all(isinstance(a, str) and a.strip() for a in answers):
+            raise TaskSourceError(f"{where}: 'answer' should be a non-empty list of non-empty strings")
+        meta = {"difficulty": None, "source": name, "row": row}
+        tasks.append(
+            Task(str(index), SearchQuestion(question, tuple(dict.fromkeys(answers)), shared, None), meta)
+        )
+    return _list_source(f"{name}?corpus={corpus_file}", tasks, file)
+
+
+def clear_cache() -> None:
+    """Forget the sources and corpora loaded so far (files are read again on next use)."""
+    _SOURCES.clear()
+    _CORPORA.clear()
+
+
+def _register() -> None:
+    from whale_envs.search.generator import make_generated
+    from whale_envs.tasks import register_source
+
+    register_source(
+        "search", "generated", make_generated, takes_path=False, doc="fictional worlds, 1-3 hop questions"
+    )
+    register_source(
+        "search",
+        "hotpotqa",
+        load_hotpotqa,
+        doc="HotpotQA json (bundled: 100 train questions; sample=dev: 53 dev)",
+    )
+    register_source(
+        "search", "musique", load_musique, doc="MuSiQue json/jsonl (bundled: 100 train questions)"
+    )
+    register_source(
+        "search", "nq", load_nq, path_required=True, doc="NQ-open jsonl questions over the user's corpus=PATH"
+    )
+
+
+_register()
