@@ -30,8 +30,8 @@ from whale_envs.text_env import ActionError, Outcome, TextEnv
 ENVS: dict[str, str] = {
     "whale/Chess-v0": "whale_envs.chess:ChessEnv",
     "whale/SearchQA-v0": "whale_envs.search:SearchQAEnv",
+    "whale/Math-v0": "whale_envs.math:MathEnv",
 }
-# (whale/Math-v0 -> whale_envs.math:MathEnv is added here when that package lands.)
 
 
 def _register() -> None:

@@ -1,0 +1,165 @@
+"""Math task sources: GSM8K and MATH jsonl files (bundled samples or the user's files).
+
+``tasks="gsm8k"`` loads the bundled GSM8K test split (1319 problems), ``tasks="gsm8k:PATH"`` any file
+of the same format: one JSON object a line with ``question`` and ``answer``, the final answer after
+``####`` on the answer's last line. Task id = ``gsm8k-<file stem>-<row index, 0-based, 4 digits>``
+(``gsm8k-test-0001`` is the second row); ``meta["difficulty"]`` = the number of solution steps (lines
+before ``####``), GSM8K having no level of its own.
+
+``tasks="math"`` loads the bundled MATH-500 (OpenAI's PRM800K test subset), ``tasks="math:PATH"`` any
+MATH-format file: ``problem``, and ``answer`` or else the last ``\\boxed{}`` of ``solution``; optional
+``level`` (``3`` or ``"Level 3"``), ``subject`` (or ``type``), ``unique_id``. Task id = ``unique_id``
+(``test/precalculus/807.json``), or ``math-<row index>`` for a row without one. ``meta["difficulty"]``
+= the level (1-5), ``meta["subject"]`` the subject. Filters: ``levels`` (``"1-3"`` or ``"1,4"``),
+``subjects`` (comma-separated, case-insensitive).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from whale_envs.data import bundled_path
+from whale_envs.math.problem import MathProblem
+from whale_envs.math.verify import last_boxed
+from whale_envs.tasks import ListSource, Task, TaskSourceError
+
+
+def _existing(path: str, what: str) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise TaskSourceError(f"{what}: file not found: {p}")
+    return p
+
+
+def _rows(file: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line of a jsonl file."""
+    with open(file, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TaskSourceError(f"{file}, line {line_no}: not valid JSON: {exc.msg}") from None
+            if not isinstance(row, dict):
+                raise TaskSourceError(
+                    f"{file}, line {line_no}: expected a JSON object, got {type(row).__name__}"
+                )
+            yield line_no, row
+
+
+def _text_field(row: dict, key: str, where: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise TaskSourceError(f"{where}: missing or empty field {key!r}")
+    return value
+
+
+def gsm8k_final_answer(solution: str) -> str | None:
+    """The text after the last ``####`` of a GSM8K solution, or None when there is none."""
+    if "####" not in solution:
+        return None
+    answer = solution.rsplit("####", 1)[1].strip()
+    return answer or None
+
+
+def load_gsm8k(path: str | None = None) -> ListSource[MathProblem]:
+    """Load GSM8K-format jsonl (see the module docstring)."""
+    file = _existing(path, "gsm8k") if path else bundled_path("gsm8k", "test.jsonl")
+    shown = path or "gsm8k (bundled test split)"
+    stem = file.stem
+    tasks = []
+    for index, (line_no, row) in enumerate(_rows(file)):
+        where = f"{file}, line {line_no}"
+        question = _text_field(row, "question", where)
+        solution = _text_field(row, "answer", where)
+        answer = gsm8k_final_answer(solution)
+        if answer is None:
+            raise TaskSourceError(f"{where}: the 'answer' field has no final answer after '####'")
+        steps = len([s for s in solution.rsplit("####", 1)[0].splitlines() if s.strip()])
+        meta = {"difficulty": steps, "steps": steps, "source": shown, "row": line_no}
+        tasks.append(Task(f"gsm8k-{stem}-{index:04d}", MathProblem(question.strip(), answer), meta))
+    if not tasks:
+        raise TaskSourceError(f"{file}: no rows")
+    return ListSource(f"gsm8k:{path}" if path else "gsm8k", tasks)
+
+
+def _levels(spec: Any) -> set[int] | None:
+    if spec is None:
+        return None
+    out: set[int] = set()
+    for part in str(spec).replace(" ", "").split(","):
+        lo, _, hi = part.partition("-")
+        try:
+            out.update(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise TaskSourceError(f"math: levels must look like '1-3' or '1,4', got {spec!r}") from None
+    return out
+
+
+def _level_of(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().lower().removeprefix("level").strip()
+    if text in ("?", ""):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise TaskSourceError(f"{where}: 'level' must be an integer or 'Level N', got {value!r}") from None
+
+
+def load_math(
+    path: str | None = None, *, levels: str | int | None = None, subjects: str | None = None
+) -> ListSource[MathProblem]:
+    """Load MATH-format jsonl (see the module docstring)."""
+    file = _existing(path, "math") if path else bundled_path("math500", "test.jsonl")
+    shown = path or "math (bundled MATH-500)"
+    want_levels = _levels(levels)
+    want_subjects = {s.strip().lower() for s in subjects.split(",")} if subjects else None
+    tasks = []
+    for index, (line_no, row) in enumerate(_rows(file)):
+        where = f"{file}, line {line_no}"
+        problem = _text_field(row, "problem", where)
+        answer = row.get("answer")
+        if not isinstance(answer, str) or not answer.strip():
+            solution = row.get("solution")
+            answer = last_boxed(solution) if isinstance(solution, str) else None
+            if not answer:
+                raise TaskSourceError(f"{where}: no 'answer' field and no \\boxed{{}} answer in 'solution'")
+        level = _level_of(row.get("level"), where)
+        subject = row.get("subject") or row.get("type")
+        if want_levels is not None and level not in want_levels:
+            continue
+        if want_subjects is not None and str(subject).lower() not in want_subjects:
+            continue
+        task_id = str(row.get("unique_id") or f"math-{index}")
+        meta = {"difficulty": level, "level": level, "subject": subject, "source": shown, "row": line_no}
+        tasks.append(Task(task_id, MathProblem(problem.strip(), answer.strip()), meta))
+    name = f"math:{path}" if path else "math"
+    if not tasks:
+        raise TaskSourceError(f"{name}: no problem passes the filters")
+    return ListSource(name, tasks)
+
+
+def _register() -> None:
+    from whale_envs.math.generators import make_generated
+    from whale_envs.tasks import register_source
+
+    register_source(
+        "math",
+        "generated",
+        make_generated,
+        takes_path=False,
+        doc="arithmetic, word problems, linear equations, fractions; difficulty 1-5 (no files)",
+    )
+    register_source("math", "gsm8k", load_gsm8k, doc="GSM8K jsonl (bundled: the 1319-problem test split)")
+    register_source("math", "math", load_math, doc="MATH jsonl (bundled: MATH-500)")
+
+
+_register()

@@ -1,0 +1,312 @@
+"""The math verifier: is a final answer equivalent to the gold answer?
+
+``check(answer, gold)`` returns a :class:`Verdict`. Rules, in order (the first matcher that can decide
+decides; its name is ``Verdict.matcher``):
+
+1. **Extraction.** If the answer contains ``\\boxed{...}`` (or ``\\fbox{...}``), the content of the *last*
+   box is the answer: when several answers are given, the last one counts.
+2. **Normalization** of both sides (:func:`normalize`): ``$...$`` / ``\\(...\\)`` delimiters, spacing
+   commands (``\\!``, ``\\,``), ``\\left``/``\\right``, ``\\dfrac`` → ``\\frac``, degree signs, ``%``,
+   currency signs (``$``, ``\\$``, €, £), unit words after a number (``18 dollars``, ``5\\text{ cm}``),
+   thousands separators (``1,000``, ``10,\\!000``, ``10{,}000`` — only when the whole answer is one
+   number, so the tuple ``(1,2)`` and the list ``1, 2`` stay lists), a leading ``x =`` when the gold
+   has no ``=``, a trailing period, and all white space.
+3. ``exact``: the normalized strings are equal.
+4. ``numeric``: both sides are plain numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``, mixed numbers
+   ``2\\frac{1}{2}``): compared *exactly* as rationals, so ``0.5 = 1/2 = \\frac{1}{2} = 0.50`` but
+   ``0.33 ≠ 1/3``. This matcher decides both ways (no later matcher can turn a wrong number right).
+5. ``math_verify``: Hugging Face's math-verify parses both sides (LaTeX or plain expressions) into SymPy
+   and compares them symbolically (expressions, sets, intervals, tuples, matrices, equations).
+6. ``sympy``: when math-verify cannot parse a side, SymPy's own parser (plain text: ``x^2+1``,
+   ``sqrt(2)/2``) and ``simplify(a - b) == 0``.
+7. ``none``: nothing matched (``solved=False``).
+
+Steps 5-6 run under a timeout (``timeout_s``, default 5 s; ``timed_out=True`` and ``matcher="timeout"``
+when it fires, never a hang). The timeout uses ``SIGALRM``, which only the main thread may use: called
+from another thread, the symbolic steps run without a timer but refuse inputs longer than
+``MAX_SYMBOLIC_CHARS`` and powers with exponents of four or more digits.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any
+
+#: Longest normalized answer handed to the symbolic matchers.
+MAX_SYMBOLIC_CHARS = 400
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verifier's decision and how it was reached (all of it goes into the final ``info``)."""
+
+    solved: bool
+    extracted: str | None  # the answer taken from the agent's text (last box), before normalization
+    normalized: str  # the normalized answer
+    gold: str  # the normalized gold answer
+    matcher: str  # "exact" | "numeric" | "math_verify" | "sympy" | "timeout" | "none"
+    timed_out: bool = False
+
+    def as_info(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------------------------ extraction
+
+_BOX = re.compile(r"\\(?:boxed|fbox)\s*")
+
+
+def boxed_contents(text: str) -> list[str]:
+    """The contents of every ``\\boxed{...}`` / ``\\fbox{...}`` in ``text`` (balanced braces), in order.
+
+    ``\\boxed 5`` (no braces) yields its single token. An unclosed box yields the rest of the text.
+    """
+    found = []
+    for m in _BOX.finditer(text):
+        i = m.end()
+        if i < len(text) and text[i] == "{":
+            depth, j = 0, i
+            while j < len(text):
+                if text[j] == "{" and (j == 0 or text[j - 1] != "\\"):
+                    depth += 1
+                elif text[j] == "}" and text[j - 1] != "\\":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                j += 1
+            found.append(text[i + 1 : j])
+        else:
+            token = re.match(r"[^\s$]+", text[i:])
+            if token:
+                found.append(token.group(0))
+    return found
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last box in ``text``, or None when there is no box."""
+    boxes = boxed_contents(text)
+    return boxes[-1] if boxes else None
+
+
+# ------------------------------------------------------------------------------------ normalization
+
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)"
+_THOUSANDS = re.compile(r"^([-+]?)(\d{1,3}(?:,\d{3})+)(\.\d+)?$")
+_TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mbox|mathrm|mathbf|operatorname)\s*\{([^{}]*)\}")
+_UNIT_TAIL = re.compile(
+    r"^(?P<num>" + _NUMBER + r"(?:/\d+)?)\s*(?P<unit>[a-zA-Z][a-zA-Z.]*(?:\s+[a-zA-Z][a-zA-Z.]*){0,3})$"
+)
+_LEAD_VAR = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*=\s*(?=\S)")
+
+
+def _strip_delimiters(s: str) -> str:
+    s = s.strip()
+    changed = True
+    while changed:
+        changed = False
+        for lo, hi in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+            if len(s) > len(lo) + len(hi) and s.startswith(lo) and s.endswith(hi):
+                s = s[len(lo) : -len(hi)].strip()
+                changed = True
+    return s
+
+
+def latex_clean(answer: str) -> str:
+    """Normalization that keeps LaTeX structure (what the symbolic matchers get)."""
+    s = _strip_delimiters(answer)
+    s = s.replace("\\!", "").replace("{,}", ",").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = re.sub(r"\\(?:left|right)(?![a-zA-Z])", "", s)
+    s = re.sub(r"\\(?:displaystyle|,|;|:|quad|qquad)(?![a-zA-Z])", " ", s)
+    s = s.replace("~", " ")
+    s = re.sub(r"\^\s*\{?\s*\\circ\s*\}?", "", s)  # degrees
+    s = s.replace("\\circ", "").replace("°", "")
+    s = s.replace("\\%", "").replace("%", "")
+    s = s.replace("\\$", "").replace("$", "")
+    s = re.sub(r"[€£¥]", "", s)
+    # A unit in \text{} after a number or expression (with an optional power: cm^2); a whole-answer
+    # \text{} (a word answer, a multiple-choice letter) keeps its content.
+    s = re.sub(r"(?<=[\d}\s])\s*\\(?:text|mbox|mathrm)\s*\{\s*[a-zA-Z][a-zA-Z.\s]*\}(\^\{?\d\}?)?\s*$", "", s)
+    s = _TEXT_CMD.sub(lambda m: m.group(1), s)
+    s = s.strip().rstrip(".").strip()
+    return s
+
+
+def normalize(answer: str, *, gold_has_equals: bool = True) -> str:
+    """The canonical string form of an answer (see the module docstring, step 2)."""
+    s = latex_clean(answer)
+    if not gold_has_equals:
+        s = _LEAD_VAR.sub("", s)
+    s = re.sub(r"\s+", " ", s).strip()
+    m = _UNIT_TAIL.match(s)
+    if m and m.group("unit").lower() not in ("e", "i", "x", "y", "z", "n", "k", "pi"):
+        s = m.group("num")
+    m = _THOUSANDS.match(s.replace(" ", ""))
+    if m:
+        s = m.group(1) + m.group(2).replace(",", "") + (m.group(3) or "")
+    return s.replace(" ", "")
+
+
+_FRAC = re.compile(r"^([-+]?)(\d*)\\frac\{?(\d+)\}?\{?(\d+)\}?$")
+_SLASH = re.compile(r"^([-+]?)(?:(\d+)\s)?(\d+)/(\d+)$")
+
+
+def as_number(s: str) -> Fraction | None:
+    """``s`` (already normalized) as an exact rational, if it is a plain number; else None."""
+    if re.fullmatch(_NUMBER, s):
+        try:
+            return Fraction(s)
+        except (ValueError, ZeroDivisionError):
+            return None
+    m = _FRAC.match(s)
+    if not m:
+        m = _SLASH.match(s)
+    if m:
+        sign, whole, num, den = m.groups()
+        if int(den) == 0:
+            return None
+        value = Fraction(int(whole or 0)) + Fraction(int(num), int(den))
+        return -value if sign == "-" else value
+    return None
+
+
+# ------------------------------------------------------------------------------------ timeout
+
+
+class _Timeout(BaseException):
+    """Raised by the alarm; a BaseException so that math-verify's ``except Exception`` lets it pass."""
+
+
+def _can_time_out() -> bool:
+    return threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise :class:`_Timeout` in the block after ``seconds`` (main thread only; else no timer)."""
+    if not _can_time_out() or seconds <= 0:
+        yield
+        return
+
+    def fire(signum, frame):
+        raise _Timeout()
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# ------------------------------------------------------------------------------------ symbolic
+
+
+def _math_verify_parse(text: str) -> list:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    return parse(
+        "\\boxed{" + text + "}",
+        extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
+        parsing_timeout=None,  # our own alarm covers the call (theirs would cancel ours)
+    )
+
+
+def _math_verify(gold: str, pred: str) -> bool | None:
+    """True/False when math-verify parsed both sides into SymPy objects; None when it could not."""
+    import math_verify.grader
+    import math_verify.parser
+    from sympy import Basic, MatrixBase
+
+    # We pass no timeout to math-verify (our alarm covers it); silence its one-time warning about that.
+    math_verify.parser.TIMEOUT_WARNING_SHOWN = True
+    math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+    g, p = _math_verify_parse(gold), _math_verify_parse(pred)
+    if not any(isinstance(x, (Basic, MatrixBase)) for x in g) or not any(
+        isinstance(x, (Basic, MatrixBase)) for x in p
+    ):
+        return None
+    return bool(math_verify.verify(g, p, timeout_seconds=None))
+
+
+def _sympy(gold: str, pred: str) -> bool | None:
+    """Plain-text SymPy comparison; None when either side does not parse."""
+    import sympy
+    from sympy.parsing.sympy_parser import (
+        convert_xor,
+        implicit_multiplication_application,
+        parse_expr,
+        standard_transformations,
+    )
+
+    transformations = (*standard_transformations, implicit_multiplication_application, convert_xor)
+
+    def parse(s: str):
+        s = s.replace("\\cdot", "*").replace("\\times", "*").replace("{", "(").replace("}", ")")
+        s = s.replace("\\sqrt", "sqrt").replace("\\pi", "pi").replace("\\", "")
+        try:
+            return parse_expr(s, transformations=transformations, evaluate=True)
+        except Exception:
+            return None
+
+    a, b = parse(gold), parse(pred)
+    if a is None or b is None:
+        return None
+    try:
+        return bool(sympy.simplify(a - b) == 0)
+    except Exception:
+        return None
+
+
+_BIG_POWER = re.compile(r"(\^|\*\*)\s*\{?\s*\(?\s*\d{4,}|!")
+
+
+def _symbolic_allowed(text: str) -> bool:
+    if len(text) > MAX_SYMBOLIC_CHARS:
+        return False
+    return _can_time_out() or not _BIG_POWER.search(text)
+
+
+# ------------------------------------------------------------------------------------ check
+
+
+def check(answer: str | None, gold: str, *, timeout_s: float = 5.0) -> Verdict:
+    """Decide whether ``answer`` (the agent's final answer text) matches ``gold`` (see module docstring)."""
+    extracted = None if answer is None else (last_boxed(answer) or answer).strip()
+    gold_eq = "=" in gold
+    g_norm = normalize(gold)
+    if not extracted:
+        return Verdict(False, extracted, "", g_norm, "none")
+    p_norm = normalize(extracted, gold_has_equals=gold_eq)
+
+    def verdict(solved: bool, matcher: str, timed_out: bool = False) -> Verdict:
+        return Verdict(bool(solved), extracted, p_norm, g_norm, matcher, timed_out)
+
+    if p_norm == g_norm:
+        return verdict(True, "exact")
+    g_num, p_num = as_number(g_norm), as_number(p_norm)
+    if g_num is not None and p_num is not None:
+        return verdict(g_num == p_num, "numeric")
+    g_tex = latex_clean(gold)
+    p_tex = latex_clean(extracted)
+    if not gold_eq:
+        p_tex = _LEAD_VAR.sub("", p_tex)
+    if not (_symbolic_allowed(g_tex) and _symbolic_allowed(p_tex)):
+        return verdict(False, "none")
+    try:
+        with _deadline(timeout_s):
+            decided = _math_verify(g_tex, p_tex)
+            if decided is not None:
+                return verdict(decided, "math_verify")
+            decided = _sympy(g_norm, p_norm)
+            if decided is not None:
+                return verdict(decided, "sympy")
+    except _Timeout:
+        return verdict(False, "timeout", timed_out=True)
+    return verdict(False, "none")
