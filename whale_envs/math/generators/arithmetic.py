@@ -7,7 +7,7 @@ level  problems
 2      ``a ± b ± c`` with a, b in 5-20 and c in 1-9 (the "medium" band), never negative
 3      three two-digit numbers with ``+``, ``-`` and one ``*``
 4      four numbers of 1-3 digits, ``+ - *`` and one pair of parentheses
-5      five numbers of 3-7 digits with ``+ - *`` (exact big-integer work: use the tool)
+5      five numbers of 3-7 digits with ``+ - *``, at least one ``*`` (big-integer work: use the tool)
 =====  ==============================================================================
 
 The answer is the integer value with the usual precedence (``*`` before ``+``/``-``).
@@ -58,7 +58,9 @@ def _expression(rng: random.Random, level: int) -> str:
         tokens[k + 1] = tokens[k + 1] + ")"
         return " ".join(t for pair in zip(tokens, [*ops, ""], strict=True) for t in pair if t)
     nums = [rng.randint(100, 9_999_999) for _ in range(5)]
-    return _chain(rng, nums, "+-**")
+    ops = [rng.choice("+-*") for _ in range(4)]
+    ops[rng.randrange(4)] = "*"  # at least one big product
+    return " ".join(t for pair in zip(map(str, nums), [*ops, ""], strict=True) for t in pair if t)
 
 
 def generate(rng: random.Random, level: int) -> tuple[str, str]:
