@@ -32,14 +32,24 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
+def _same(prediction: str, gold: str) -> bool:
+    ref = normalize_answer(gold)
+    if ref:
+        return normalize_answer(prediction) == ref
+    # A gold alias that normalizes to nothing ("A+", "---" in NQ-open) would match every empty-ish
+    # prediction ("the", "?"): compare it case-insensitively, whitespace collapsed, instead.
+    return " ".join(prediction.lower().split()) == " ".join(gold.lower().split())
+
+
 def exact_match(prediction: str, answers: Iterable[str]) -> bool:
     """True when the normalized prediction equals the normalized form of any gold alias."""
-    pred = normalize_answer(prediction)
-    return any(pred == normalize_answer(gold) for gold in answers)
+    return any(_same(prediction, gold) for gold in answers)
 
 
 def _f1(prediction: str, gold: str) -> float:
     pred, ref = normalize_answer(prediction), normalize_answer(gold)
+    if not ref:
+        return float(_same(prediction, gold))
     if (pred in _SPECIAL or ref in _SPECIAL) and pred != ref:
         return 0.0
     pred_tokens, ref_tokens = pred.split(), ref.split()
