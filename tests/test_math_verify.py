@@ -91,7 +91,7 @@ def test_math500_solution_box_agrees_with_the_answer_field(math500):
 
     rows = [json.loads(line) for line in bundled_path("math500", "test.jsonl").read_text().splitlines()]
     failures = [r["unique_id"] for r in rows if not check(r["solution"], r["answer"]).solved]
-    assert len(failures) <= 5, failures
+    assert failures == []  # measured: the whole worked solution, sent as the answer, passes on every row
 
 
 def perturb(gold: str) -> list[str]:
