@@ -394,3 +394,16 @@ def test_judge_no_and_judge_failures_fall_back_to_exact_match():
         env = SearchQAEnv("hotpotqa", judge={"base_url": server.url, "model": "m", "timeout": 5})
         _, reward, _, _, info = answer(env, task_id, "1999")
         assert reward == 0.0 and "failed" in info["judge_error"]
+
+
+def test_an_oracle_reaching_every_hop_by_search_solves_every_generated_task():
+    """Searching each hop's entity by name finds its passage first, within the default budgets."""
+    env = SearchQAEnv("generated?size=120&distractors=4&corpus_size=100")
+    for task_id in env.task_ids:
+        qa = env.source.get(task_id).payload
+        env.reset(options={"task_id": task_id})
+        for passage_id in qa.supporting:
+            *_, info = env.step(f"search: {passage_id}")
+            assert info["passages"][0]["id"] == passage_id, (task_id, passage_id)
+        _, reward, terminated, _, info = env.step(f"answer: {qa.answers[0]}")
+        assert reward == 1.0 and terminated and info["gold_recall"] == 1.0
