@@ -209,3 +209,57 @@ def test_kill_tree_ignores_processes_that_are_gone():
     kill_tree(2**22 + 12345)  # no such group: no exception
     with pytest.raises(ValueError, match="wall_s"):
         run_python("print(1)", Limits(wall_s=-1))
+
+
+# ------------------------------------------------------------------------------------ unprivileged
+
+_UNPRIVILEGED_SCRIPT = """
+import importlib.util, json, os, sys, types
+root = sys.argv[1]
+spec = importlib.util.spec_from_file_location(
+    "whale_envs", os.path.join(root, "whale_envs", "__init__.py"),
+    submodule_search_locations=[os.path.join(root, "whale_envs")])
+pkg = types.ModuleType("whale_envs"); pkg.__path__ = spec.submodule_search_locations; pkg.__spec__ = spec
+sys.modules["whale_envs"] = pkg  # the sandbox module only needs the standard library
+spec = importlib.util.spec_from_file_location("whale_envs.sandbox", os.path.join(root, "whale_envs", "sandbox.py"))
+sb = importlib.util.module_from_spec(spec); sys.modules[spec.name] = sb; spec.loader.exec_module(sb)
+L = sb.Limits(wall_s=4, cpu_s=2, memory_mb=256, max_processes=8, isolation="namespaces")
+codes = {
+    "passwd": "open('/etc/passwd')",
+    "remount": "import ctypes; l = ctypes.CDLL(None, use_errno=True); print(l.mount(None, b'/usr', None, 4128, None))",
+    "socket": "import socket; socket.create_connection(('127.0.0.1', 80), timeout=1)",
+    "fork": "import os, time\\nn = 0\\nwhile True:\\n    try:\\n        if os.fork() == 0: time.sleep(30); os._exit(0)\\n"
+            "        n += 1\\n    except OSError: print('forks', n); break",
+}
+out = {name: (lambda r: [r.isolation, r.exit_code, r.stdout + r.stderr])(sb.run_python(c, L)) for name, c in codes.items()}
+print(json.dumps({"uid": os.getuid(), **out}))
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK),
+    reason="needs root (to switch to an unprivileged user) and a system Python that user can run",
+)
+def test_the_unprivileged_path_user_namespace_is_isolated_too():
+    """Run the sandbox as an ordinary user (uid 65534), where it must build a user namespace itself."""
+    import json
+    import subprocess
+
+    done = subprocess.run(
+        ["/usr/bin/python3", "-I", "-c", _UNPRIVILEGED_SCRIPT, PROJECT],
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["uid"] == 65534
+    assert all(v[0] == "namespaces" for k, v in report.items() if k != "uid"), report
+    assert "FileNotFoundError" in report["passwd"][2]
+    assert report["remount"][2].strip() == "-1"  # cannot make /usr writable again
+    assert "Network is unreachable" in report["socket"][2]
+    assert report["fork"][2].strip() == "forks 7"

@@ -166,6 +166,15 @@ def _exec_worker(cfg):
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
+    elif cfg.get("in_userns"):
+        # Started unprivileged: we are root of our own user namespace, which owns the mounts. A nested
+        # user namespace keeps the same uid but has no power over those mounts (no remounting /usr or
+        # the packages read-write, no unmounting).
+        inner_uid, inner_gid = os.getuid(), os.getgid()
+        _check(_libc.unshare(CLONE_NEWUSER), "unshare (nested user namespace)")
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{inner_uid} {inner_uid} 1")
+        _write("/proc/self/gid_map", f"{inner_gid} {inner_gid} 1")
     # After the uid change: RLIMIT_NPROC counts the processes of the (fresh) sandbox uid.
     _limit(resource.RLIMIT_NPROC, lim["processes"])
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
@@ -214,6 +223,7 @@ def main():
             flags |= CLONE_NEWUSER
         _check(_libc.unshare(flags), "unshare")
         if real_uid != 0:
+            cfg["in_userns"] = True
             _write("/proc/self/setgroups", "deny")
             _write("/proc/self/uid_map", f"0 {real_uid} 1")
             _write("/proc/self/gid_map", f"0 {real_gid} 1")

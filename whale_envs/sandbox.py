@@ -41,6 +41,7 @@ The pieces a later user needs separately (the harness loader) are public: :class
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -423,16 +424,20 @@ def _site_dirs() -> list[str]:
 
 
 def _hidden_dirs() -> list[str]:
-    """This project's package dirs (they hold bundled answers), wherever they are installed."""
+    """This project's package dirs (they hold bundled answers), wherever they are installed.
+
+    Found with ``find_spec``, which locates a top-level package without importing it.
+    """
     hidden = []
     for name in _OWN_PACKAGES:
         try:
-            spec_dirs = resources.files(name)
-        except ModuleNotFoundError:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
             continue
-        path = os.path.realpath(str(spec_dirs))
-        if os.path.isdir(path):
-            hidden.append(path)
+        for path in (spec.submodule_search_locations or []) if spec else []:
+            path = os.path.realpath(path)
+            if os.path.isdir(path) and path not in hidden:
+                hidden.append(path)
     return hidden
 
 
