@@ -231,7 +231,7 @@ def test_equal_corpora_have_equal_fingerprints(tmp_path):
         ),
         ([hotpot_record(0, supporting_facts="Company 0")], ["record 1", "'supporting_facts'", "a list"]),
         ([hotpot_record(0), hotpot_record(0)], ["duplicate task id 'q0'"]),
-        ([], ["no context paragraphs"]),
+        ([], ["no paragraphs to search"]),
         ({"not": "a list"}, ["expected a JSON list"]),
     ],
 )

@@ -276,17 +276,21 @@ def sentences(e: Entity) -> dict[str, str]:
     """The sentence stating each fact of ``e``, in passage order."""
     f, n = {k: _value(v) for k, v in e.facts.items()}, e.name
     if e.kind == "person":
+        born = f"{n} was born in {f['born_in']} in {f['birth_year']}."
+        job = f"{n} is {_article(f['profession'])}."
         return {
-            "profession": f"{n} is {_article(f['profession'])}.",
-            "born_in": f"{n} was born in {f['born_in']} in {f['birth_year']}.",
-            "birth_year": f"{n} was born in {f['born_in']} in {f['birth_year']}.",
+            "profession": job,
+            "born_in": born,
+            "birth_year": born,
             "works_for": f"{n} works for {f['works_for']}.",
         }
     if e.kind == "company":
+        founded = f"{n} was founded by {f['founded_by']} in {f['founded_year']}."
+        makes = f"{n} is a company that makes {f['product']}."
         return {
-            "product": f"{n} is a company that makes {f['product']}.",
-            "founded_by": f"{n} was founded by {f['founded_by']} in {f['founded_year']}.",
-            "founded_year": f"{n} was founded by {f['founded_by']} in {f['founded_year']}.",
+            "product": makes,
+            "founded_by": founded,
+            "founded_year": founded,
             "based_in": f"{n} is based in {f['based_in']}.",
         }
     if e.kind == "city":

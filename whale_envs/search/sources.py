@@ -30,7 +30,7 @@ import csv
 import gzip
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +247,19 @@ def _corpus_for(questions: Path, corpus: str | None) -> Path | None:
     return _sibling_corpus(questions)
 
 
+def _question_corpus(
+    file: Path, name: str, corpus_file: Path | None, paragraphs: Iterable[tuple[str, str]]
+) -> Corpus:
+    """The corpus file when there is one, else every (title, text) paragraph of the question file,
+    once, in order of first appearance."""
+    if corpus_file is not None:
+        return load_corpus(corpus_file)
+    rows = [(None, title, text) for title, text in dict.fromkeys(paragraphs)]
+    if not rows:
+        raise TaskSourceError(f"{file}: no paragraphs to search and no corpus file; pass corpus=PATH")
+    return _build_corpus(f"{name} (paragraphs of the question file)", rows, str(file))
+
+
 # ------------------------------------------------------------------------------ HotpotQA
 
 
@@ -293,19 +306,8 @@ def _build_hotpotqa(file: Path, name: str, corpus_file: Path | None) -> ListSour
             context[item[0]] = _text_of(item[1], f"{where} ({task_id}), context {item[0]!r}")
         meta = {"difficulty": record.get("level"), "type": record.get("type"), "source": name, "row": row}
         records.append((where, task_id, question, answer, list(dict.fromkeys(titles)), context, meta))
-    if corpus_file is not None:
-        corpus = load_corpus(corpus_file)
-    else:  # every context paragraph of the file, once, in order of first appearance
-        seen: dict[tuple[str, str], None] = {}
-        for *_, context, _ in records:
-            for title, text in context.items():
-                seen.setdefault((title, text), None)
-        rows = [(None, title, text) for title, text in seen]
-        if not rows:
-            raise TaskSourceError(
-                f"{file}: no context paragraphs to search and no corpus file; pass corpus=PATH"
-            )
-        corpus = _build_corpus(f"{name} (context paragraphs)", rows, str(file))
+    pairs = ((title, text) for *_, context, _ in records for title, text in context.items())
+    corpus = _question_corpus(file, name, corpus_file, pairs)
     lookup = _Lookup(corpus)
     tasks = []
     for where, task_id, question, answer, titles, context, meta in records:
@@ -354,14 +356,8 @@ def _build_musique(file: Path, name: str, corpus_file: Path | None) -> ListSourc
         meta = {"difficulty": int(hops) if hops.isdigit() else None, "source": name, "row": row}
         answers = tuple(dict.fromkeys([answer, *aliases]))
         records.append((where, task_id, question, answers, paragraphs, meta))
-    if corpus_file is not None:
-        corpus = load_corpus(corpus_file)
-    else:
-        seen: dict[tuple[str, str], None] = {}
-        for *_, paragraphs, _ in records:
-            for title, text, _ in paragraphs:
-                seen.setdefault((title, text), None)
-        corpus = _build_corpus(f"{name} (paragraphs)", [(None, t, x) for t, x in seen], str(file))
+    pairs = ((title, text) for *_, paragraphs, _ in records for title, text, _ in paragraphs)
+    corpus = _question_corpus(file, name, corpus_file, pairs)
     lookup = _Lookup(corpus)
     tasks = []
     for where, task_id, question, answers, paragraphs, meta in records:
