@@ -22,20 +22,28 @@ decides; its name is ``Verdict.matcher``):
 7. ``none``: nothing matched (``solved=False``).
 
 Steps 5-6 run under a timeout (``timeout_s``, default 5 s; ``timed_out=True`` and ``matcher="timeout"``
-when it fires, never a hang). The timeout uses ``SIGALRM``, which only the main thread may use: called
-from another thread, the symbolic steps run without a timer but refuse inputs longer than
-``MAX_SYMBOLIC_CHARS`` and powers with exponents of four or more digits.
+when it fires, never a hang). In the main thread the timeout is a ``SIGALRM`` timer. Signals are for the
+main thread only and a thread cannot be interrupted, so a call from another thread hands steps 5-6 to
+a helper process (started on first use, shared, one comparison at a time) and kills it when the time
+is up. Inputs longer than ``MAX_SYMBOLIC_CHARS`` never reach the symbolic steps.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
 import re
+import select
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 #: Longest normalized answer handed to the symbolic matchers.
@@ -264,13 +272,81 @@ def _sympy(gold: str, pred: str) -> bool | None:
         return None
 
 
-_BIG_POWER = re.compile(r"(\^|\*\*)\s*\{?\s*\(?\s*\d{4,}|!")
+def _symbolic(g_tex: str, p_tex: str, g_norm: str, p_norm: str) -> tuple[bool | None, str]:
+    """Steps 5-6: (decision, matcher), or (None, "none") when neither matcher could parse both sides."""
+    decided = _math_verify(g_tex, p_tex)
+    if decided is not None:
+        return decided, "math_verify"
+    decided = _sympy(g_norm, p_norm)
+    if decided is not None:
+        return decided, "sympy"
+    return None, "none"
 
 
-def _symbolic_allowed(text: str) -> bool:
-    if len(text) > MAX_SYMBOLIC_CHARS:
-        return False
-    return _can_time_out() or not _BIG_POWER.search(text)
+class _SymbolicWorker:
+    """A helper process running :func:`_symbolic` for callers outside the main thread (killable)."""
+
+    STARTUP_S = 120.0  # importing SymPy and math-verify; not counted against a comparison's timeout
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+
+    def _start(self) -> subprocess.Popen:
+        root = str(Path(__file__).resolve().parents[2])
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from whale_envs.math.verify import _serve; _serve()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            text=True,
+        )
+        assert proc.stdout is not None
+        if not select.select([proc.stdout], [], [], self.STARTUP_S)[0] or proc.stdout.readline() != "ready\n":
+            proc.kill()
+            proc.wait()
+            raise RuntimeError("the verifier's helper process did not start")
+        return proc
+
+    def compare(self, args: list[str], timeout_s: float) -> tuple[bool | None, str] | None:
+        """(decision, matcher), or None when ``timeout_s`` ran out (the helper is then killed)."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+            proc = self._proc
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(args) + "\n")
+            proc.stdin.flush()
+            if select.select([proc.stdout], [], [], timeout_s)[0]:
+                line = proc.stdout.readline()
+                if line:
+                    decided, matcher = json.loads(line)
+                    return decided, matcher
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+
+def _serve() -> None:
+    """The helper process's loop: one JSON list of four strings in, one ``[decision, matcher]`` out."""
+    _symbolic("1", "1", "1", "1")  # import everything before saying ready
+    print("ready", flush=True)
+    for line in sys.stdin:
+        print(json.dumps(_symbolic(*json.loads(line))), flush=True)
+
+
+_WORKER = _SymbolicWorker()
+atexit.register(_WORKER.close)
 
 
 # ------------------------------------------------------------------------------------ check
@@ -297,16 +373,18 @@ def check(answer: str | None, gold: str, *, timeout_s: float = 5.0) -> Verdict:
     p_tex = latex_clean(extracted)
     if not gold_eq:
         p_tex = _LEAD_VAR.sub("", p_tex)
-    if not (_symbolic_allowed(g_tex) and _symbolic_allowed(p_tex)):
+    if len(g_tex) > MAX_SYMBOLIC_CHARS or len(p_tex) > MAX_SYMBOLIC_CHARS:
         return verdict(False, "none")
-    try:
-        with _deadline(timeout_s):
-            decided = _math_verify(g_tex, p_tex)
-            if decided is not None:
-                return verdict(decided, "math_verify")
-            decided = _sympy(g_norm, p_norm)
-            if decided is not None:
-                return verdict(decided, "sympy")
-    except _Timeout:
-        return verdict(False, "timeout", timed_out=True)
-    return verdict(False, "none")
+    args = [g_tex, p_tex, g_norm, p_norm]
+    if _can_time_out():
+        try:
+            with _deadline(timeout_s):
+                decided, matcher = _symbolic(*args)
+        except _Timeout:
+            return verdict(False, "timeout", timed_out=True)
+    else:
+        outcome = _WORKER.compare(args, timeout_s)
+        if outcome is None:
+            return verdict(False, "timeout", timed_out=True)
+        decided, matcher = outcome
+    return verdict(bool(decided), matcher)
