@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import secrets
 import selectors
@@ -485,7 +486,7 @@ def _boot_config(tmp: Path, code_path: Path, limits: Limits, isolation: str, uid
         "work_bytes": limits.file_mb * 1024 * 1024,
         "env": env,
         "limits": {
-            "cpu_s": int(limits.cpu_s),
+            "cpu_s": max(1, math.ceil(limits.cpu_s)),
             "memory_bytes": int(limits.memory_mb) * 1024 * 1024,
             "file_bytes": int(limits.file_mb) * 1024 * 1024,
             "open_files": int(limits.open_files),
