@@ -12,7 +12,8 @@ Guarantees (``isolation="namespaces"``, Linux; what :func:`isolation_available` 
   caller's memory (the task, the answer) is never copied into it. Each call starts from scratch.
 * **Time**: a wall-clock limit enforced by the caller (SIGKILL), and an RLIMIT_CPU limit.
 * **Memory**: RLIMIT_AS (address space) per process; the process count is capped, so the total is
-  bounded by ``memory_mb * max_processes``.
+  bounded by ``memory_mb * max_processes`` (8 GiB with the defaults; cgroups, which could cap the
+  total directly, are not assumed to be available).
 * **Processes**: RLIMIT_NPROC. When the caller is root (where RLIMIT_NPROC does not apply) the code
   runs as a fresh unprivileged uid of its own, so the cap holds and all capabilities are gone.
   Everything runs in a new PID namespace: when the program exits or is killed, the kernel kills every
@@ -83,8 +84,8 @@ class Limits:
 
     wall_s: float = 10.0
     cpu_s: int = 10
-    memory_mb: int = 1024
-    max_processes: int = 32
+    memory_mb: int = 512
+    max_processes: int = 16
     output_bytes: int = 65_536
     file_mb: int = 16
     open_files: int = 64

@@ -37,7 +37,7 @@ from whale_envs.text_env import ActionError, Outcome, TextEnv, show_action
 from . import sources as _sources  # noqa: F401
 
 #: Default limits of one tool call.
-DEFAULT_TOOL_LIMITS = Limits(wall_s=10.0, cpu_s=10, memory_mb=1024, max_processes=32, output_bytes=65_536)
+DEFAULT_TOOL_LIMITS = Limits(wall_s=10.0, cpu_s=10, memory_mb=512, max_processes=16, output_bytes=65_536)
 
 _ANSWER = re.compile(r"answer\s*:", re.IGNORECASE)
 _PYTHON = re.compile(r"python\s*:", re.IGNORECASE)
