@@ -82,7 +82,7 @@ def test_malformed_rows_are_named_with_file_and_row(tmp_path):
 def test_bad_options_are_clear_errors():
     with pytest.raises(TaskSourceError, match=r"unknown option\(s\) 'colour'"):
         make_source("chess", "lichess?colour=white")
-    with pytest.raises(TaskSourceError, match="difficulty must be within 1-4"):
+    with pytest.raises(TaskSourceError, match=r"difficulty \(level\) must be within 1-4"):
         make_source("chess", "generated?difficulty=9")
     with pytest.raises(TaskSourceError, match="size must be a positive integer"):
         gym.make("whale/Chess-v0", task_options={"size": 0})

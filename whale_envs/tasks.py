@@ -23,10 +23,12 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
+import os
 import random
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 P = TypeVar("P")
 
@@ -184,6 +186,51 @@ class GeneratedSource(Generic[P]):
         )
 
 
+@dataclass
+class GeneratorConfig:
+    """Options every generated source shares (reasoning-gym style: subclass, add fields, extend ``validate``).
+
+    Attributes:
+        difficulty: one level or a range ``"lo-hi"``; task ``idx`` gets level ``lo + idx % n``.
+        seed: the generator seed; the same seed gives the same tasks.
+        size: number of task ids in the source (tasks are built lazily, on first use).
+    """
+
+    #: The levels this generator knows, and what a level means (for error messages).
+    LEVELS: ClassVar[tuple[int, ...]] = (1,)
+    LEVEL_NAME: ClassVar[str] = "level"
+
+    difficulty: int | str = 1
+    seed: int = 0
+    size: int = 4000
+
+    def levels(self) -> list[int]:
+        lo, _, hi = str(self.difficulty).strip().partition("-")
+        known = f"{self.LEVELS[0]}-{self.LEVELS[-1]}"
+        try:
+            levels = list(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise ValueError(
+                f"difficulty must be a {self.LEVEL_NAME} {known} or a range like '1-2', got {self.difficulty!r}"
+            ) from None
+        if not levels or levels[0] not in self.LEVELS or levels[-1] not in self.LEVELS:
+            raise ValueError(
+                f"difficulty ({self.LEVEL_NAME}) must be within {known}, got {self.difficulty!r}"
+            )
+        return levels
+
+    def level_of(self, idx: int) -> int:
+        levels = self.levels()
+        return levels[idx % len(levels)]
+
+    def validate(self) -> None:
+        self.levels()
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 1:
+            raise ValueError(f"size must be a positive integer, got {self.size!r}")
+
+
 # --------------------------------------------------------------------------------------------
 # The registry: (domain, kind) -> factory. Each domain registers its kinds in its own module.
 
@@ -196,6 +243,7 @@ class SourceKind:
     path_required: bool
     takes_path: bool
     doc: str
+    shared: bool = True
 
     @property
     def usage(self) -> str:
@@ -216,14 +264,17 @@ def register_source(
     path_required: bool = False,
     takes_path: bool = True,
     doc: str = "",
+    shared: bool = True,
 ) -> None:
     """Register ``factory(path: str | None, **options) -> TaskSource`` as ``kind`` of ``domain``.
 
     ``path`` is None when the spec names no file: the factory then uses its bundled sample or
     generates. ``path_required``: the kind needs a file (the factory is never called without one);
-    ``takes_path=False``: the kind takes no file at all (generators).
+    ``takes_path=False``: the kind takes no file at all (generators). ``shared=False``: do not keep
+    one instance per spec for the process (the factory caches by itself, e.g. because the source
+    depends on more files than the one named).
     """
-    _KINDS[(domain, kind)] = SourceKind(domain, kind, factory, path_required, takes_path, doc)
+    _KINDS[(domain, kind)] = SourceKind(domain, kind, factory, path_required, takes_path, doc, shared)
 
 
 def source_kinds(domain: str | None = None) -> list[SourceKind]:
@@ -269,8 +320,17 @@ def _import_domain(domain: str) -> None:
         raise TaskSourceError(f"unknown domain {domain!r}") from None
 
 
+_SOURCE_CACHE: dict[tuple, TaskSource] = {}
+_SOURCE_LOCK = threading.Lock()
+
+
 def make_source(domain: str, spec: str | TaskSource = "generated", **options: Any) -> TaskSource:
-    """Build the task source ``spec`` names for ``domain`` (see the module docstring)."""
+    """Build the task source ``spec`` names for ``domain`` (see the module docstring).
+
+    Sources are immutable, so one instance per (domain, spec, options) is kept for the process and
+    shared by every env built from it (a rollout makes many envs; a generator's tasks are built once).
+    A source read from a file is built again when the file changes.
+    """
     if not isinstance(spec, str):
         if isinstance(spec, TaskSource):
             if options:
@@ -291,6 +351,17 @@ def make_source(domain: str, spec: str | TaskSource = "generated", **options: An
     if not entry.takes_path and path is not None:
         raise TaskSourceError(f"task source {kind!r} takes no file, got {path!r}")
     merged = {**spec_options, **options}
+    stamp = None
+    if path is not None:
+        try:
+            stamp = os.stat(path).st_mtime_ns
+        except OSError:
+            pass  # the factory reports the missing file
+    key = (domain, kind, path, stamp, repr(sorted(merged.items())))
+    with _SOURCE_LOCK:
+        cached = _SOURCE_CACHE.get(key) if entry.shared else None
+    if cached is not None:
+        return cached
     accepted = inspect.signature(entry.factory).parameters
     unknown = [k for k in merged if k not in accepted or k == "path"]
     if unknown and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
@@ -298,7 +369,11 @@ def make_source(domain: str, spec: str | TaskSource = "generated", **options: An
         raise TaskSourceError(
             f"unknown option(s) {', '.join(map(repr, unknown))} for task source {kind!r}; accepted: {names}"
         )
-    return entry.factory(path, **merged)
+    source = entry.factory(path, **merged)
+    if not entry.shared:
+        return source
+    with _SOURCE_LOCK:
+        return _SOURCE_CACHE.setdefault(key, source)
 
 
 def config_from_options(cls: type, where: str, options: Mapping[str, Any]) -> Any:

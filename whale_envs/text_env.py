@@ -21,6 +21,8 @@ and ``_default_max_turns(task)``.
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,6 +46,19 @@ MAX_ACTION_CHARS = 8_192
 _RANGES = [(0x09, 0x0A), (0x20, 0x7E), (0xA0, 0xD7FF), (0xE000, 0xFFFD)]
 CHARSET = frozenset(chr(c) for lo, hi in _RANGES for c in range(lo, hi + 1))
 _OUTSIDE = re.compile("[^\t\n\x20-\x7e\u00a0-\ud7ff\ue000-\ufffd]")
+
+
+@functools.cache
+def _text_space_prototype(max_length: int, min_length: int) -> spaces.Text:
+    return spaces.Text(max_length, min_length=min_length, charset=CHARSET)
+
+
+def _text_space(max_length: int, min_length: int) -> spaces.Text:
+    """A Text space over CHARSET. Building one indexes 55k characters (~50 ms), so envs share the
+    character tables of one prototype and get their own sampling RNG."""
+    space = copy.copy(_text_space_prototype(max_length, min_length))
+    space._np_random = None
+    return space
 
 
 def fit_text(text: str, max_chars: int = MAX_OBS_CHARS) -> str:
@@ -112,8 +127,8 @@ class TextEnv(gym.Env[str, str], Generic[P]):
         if not self.task_ids:
             raise ValueError(f"task source {self.source.name!r} has no tasks in split {split!r}")
         self._max_turns_option = max_turns
-        self.observation_space = spaces.Text(MAX_OBS_CHARS, min_length=1, charset=CHARSET)
-        self.action_space = spaces.Text(MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
+        self.observation_space = _text_space(MAX_OBS_CHARS, 1)
+        self.action_space = _text_space(MAX_ACTION_CHARS, 0)
         self.task: Task[P] | None = None
         self.turn = 0
         self.max_turns = 0

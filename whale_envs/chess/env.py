@@ -8,7 +8,7 @@
 * Moves are accepted in UCI (``e2e4``, ``e7e8q``) and SAN (``Nf3``, ``O-O``, ``exd8=Q``, with or
   without ``+``/``#``). An illegal or malformed move costs a turn, changes nothing, and is explained in
   the observation and ``info["error"]``.
-* ``info``: ``fen``, ``side_to_move``, ``legal_moves_uci``, ``legal_moves_san`` (bare SAN: no ``+``/``#``,
+* ``info``: ``fen``, ``board`` (the text diagram), ``side_to_move``, ``legal_moves_uci``, ``legal_moves_san`` (bare SAN: no ``+``/``#``,
   which would name the mate), ``last_opponent_move`` (+ ``_san``), ``solver_move_number``, ``goal``; at the
   end also ``solved``, ``solution`` (the reference line or the bm/am moves) and ``played``.
 """
@@ -96,6 +96,7 @@ class ChessEnv(TextEnv[ChessPuzzle]):
         legal = list(self.board.legal_moves)
         return {
             "fen": self.board.fen(),
+            "board": _diagram(self.board),
             "side_to_move": self._side(self.board.turn),
             "solver_color": self._side(self.solver),
             "legal_moves_uci": [m.uci() for m in legal],

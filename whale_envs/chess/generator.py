@@ -21,50 +21,27 @@ solver plays Black. Task ``idx`` is built from ``random.Random`` seeded by ``(se
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 import chess
 
 from whale_envs.chess.puzzle import ChessPuzzle
 from whale_envs.chess.search import has_mate_in_one, mate_in_two_keys, mating_moves, stubborn_reply
-from whale_envs.tasks import GeneratedSource, Task, config_from_options, split_of
+from whale_envs.tasks import GeneratedSource, GeneratorConfig, Task, config_from_options, split_of
 
 LEVELS = (1, 2, 3, 4)
 
 
 @dataclass
-class ChessGenConfig:
-    """Options of ``tasks="generated"``.
+class ChessGenConfig(GeneratorConfig):
+    """Options of ``tasks="generated"``: ``difficulty`` (a level 1-4 or a range), ``seed``, ``size``."""
 
-    Attributes:
-        difficulty: one level (1-4) or a range ``"lo-hi"``; task ``idx`` gets level ``lo + idx % n``.
-        seed: the generator seed; the same seed gives the same tasks.
-        size: number of task ids in the source (tasks are built lazily, on first use).
-    """
+    LEVELS: ClassVar[tuple[int, ...]] = LEVELS
 
     difficulty: int | str = "1-2"
-    seed: int = 0
     size: int = 4000
-
-    def levels(self) -> list[int]:
-        text = str(self.difficulty).strip()
-        lo, _, hi = text.partition("-")
-        try:
-            lo_i, hi_i = int(lo), int(hi or lo)
-        except ValueError:
-            raise ValueError(
-                f"difficulty must be a level 1-4 or a range like '1-2', got {self.difficulty!r}"
-            ) from None
-        return list(range(lo_i, hi_i + 1))
-
-    def validate(self) -> None:
-        levels = self.levels()
-        if not levels or levels[0] not in LEVELS or levels[-1] not in LEVELS:
-            raise ValueError(f"difficulty must be within 1-4, got {self.difficulty!r}")
-        if not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        if not isinstance(self.size, int) or self.size < 1:
-            raise ValueError(f"size must be a positive integer, got {self.size!r}")
 
 
 # ---------------------------------------------------------------------------------- positions
@@ -123,20 +100,18 @@ def back_rank_position(rng: random.Random) -> chess.Board:
     return board
 
 
-def playout_positions(rng: random.Random) -> list[chess.Board]:
+def playout_positions(rng: random.Random) -> Iterator[chess.Board]:
     """The positions along a random game from the initial position (from ply 12 on), biased towards
-    checks and captures so that kings get exposed."""
+    checks and captures so that kings get exposed. Yields the live board: copy it to keep it."""
     board = chess.Board()
-    positions = []
     for ply in range(rng.randint(20, 80)):
         moves = list(board.legal_moves)
         if not moves:
-            break
+            return
         weights = [1 + 3 * board.is_capture(m) + 3 * board.gives_check(m) for m in moves]
         board.push(rng.choices(moves, weights)[0])
         if ply >= 12:
-            positions.append(chess.Board(board.fen()))  # forget the move stack
-    return positions
+            yield board
 
 
 def _usable(board: chess.Board) -> bool:
@@ -197,13 +172,12 @@ def generate_puzzle(rng: random.Random, level: int, *, split: str | None = None)
     positions, verify = _FAMILIES[level]
     while True:
         flip = rng.random() < 0.5  # half the puzzles: the solver plays Black
-        for board in positions(rng):
-            if flip:
-                board = board.mirror()
-            if not _usable(board):
-                continue
+        for live in positions(rng):
+            board = live.mirror() if flip else live.copy(stack=False)
             if split is not None and split_of(board.fen()) != split:
                 continue  # cheap check first: the content must land in the task id's split
+            if not _usable(board):
+                continue
             puzzle = verify(board)
             if puzzle is not None:
                 return puzzle

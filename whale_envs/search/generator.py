@@ -26,10 +26,11 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from whale_envs.search.corpus import Corpus, Passage, SearchQuestion
 from whale_envs.search.scoring import normalize_answer
-from whale_envs.tasks import GeneratedSource, Task, config_from_options
+from whale_envs.tasks import GeneratedSource, GeneratorConfig, Task, config_from_options
 
 LEVELS = (1, 2, 3)
 TYPES = ("person", "company", "city", "country")
@@ -376,7 +377,7 @@ def generate_sample(
 
 
 @dataclass
-class SearchGenConfig:
+class SearchGenConfig(GeneratorConfig):
     """Options of ``tasks="generated"``.
 
     Attributes:
@@ -388,35 +389,19 @@ class SearchGenConfig:
         size: number of task ids in the source (tasks are built lazily, on first use).
     """
 
+    LEVELS: ClassVar[tuple[int, ...]] = LEVELS
+    LEVEL_NAME: ClassVar[str] = "hop count"
+
     difficulty: int | str = "1-3"
     distractors: int = 2
     corpus_size: int = 40
-    seed: int = 0
-    size: int = 4000
-
-    def levels(self) -> list[int]:
-        text = str(self.difficulty).strip()
-        lo, _, hi = text.partition("-")
-        try:
-            lo_i, hi_i = int(lo), int(hi or lo)
-        except ValueError:
-            raise ValueError(
-                f"difficulty must be a hop count 1-3 or a range like '1-3', got {self.difficulty!r}"
-            ) from None
-        return list(range(lo_i, hi_i + 1))
 
     def validate(self) -> None:
-        levels = self.levels()
-        if not levels or levels[0] not in LEVELS or levels[-1] not in LEVELS:
-            raise ValueError(f"difficulty (hops) must be within 1-3, got {self.difficulty!r}")
+        super().validate()
         for name, lo, hi in (("distractors", 0, 20), ("corpus_size", 8, 5000)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
                 raise ValueError(f"{name} must be an integer in {lo}-{hi}, got {value!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 1:
-            raise ValueError(f"size must be a positive integer, got {self.size!r}")
 
 
 def make_generated(path: str | None = None, **options) -> GeneratedSource[SearchQuestion]:

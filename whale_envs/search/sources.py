@@ -418,12 +418,22 @@ def _register() -> None:
         "hotpotqa",
         load_hotpotqa,
         doc="HotpotQA json (bundled: 100 train questions; sample=dev: 53 dev)",
+        shared=False,  # cached by this module, keyed by every file the source reads
     )
     register_source(
-        "search", "musique", load_musique, doc="MuSiQue json/jsonl (bundled: 100 train questions)"
+        "search",
+        "musique",
+        load_musique,
+        doc="MuSiQue json/jsonl (bundled: 100 train questions)",
+        shared=False,
     )
     register_source(
-        "search", "nq", load_nq, path_required=True, doc="NQ-open jsonl questions over the user's corpus=PATH"
+        "search",
+        "nq",
+        load_nq,
+        path_required=True,
+        doc="NQ-open jsonl questions over the user's corpus=PATH",
+        shared=False,
     )
 
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import ClassVar
 
 from whale_envs.math.generators import arithmetic, fractions, linear_equations, word_problems
 from whale_envs.math.generators.base import LEVELS, FamilyConfig, Generate, item_rng, sample
 from whale_envs.math.problem import MathProblem
-from whale_envs.tasks import GeneratedSource, Task, config_from_options
+from whale_envs.tasks import GeneratedSource, GeneratorConfig, Task, config_from_options
 
 #: family name -> ``generate(rng, level) -> (question, answer)``
 FAMILIES: dict[str, Generate] = {
@@ -51,7 +52,7 @@ def generate_pairs(family: str, n: int, *, difficulty: int = 1, seed: int = 0) -
 
 
 @dataclass
-class MathGenConfig:
+class MathGenConfig(GeneratorConfig):
     """Options of ``tasks="generated"``.
 
     Attributes:
@@ -61,36 +62,22 @@ class MathGenConfig:
         size: number of task ids (tasks are built lazily, on first use).
     """
 
-    families: str = "all"
+    LEVELS: ClassVar[tuple[int, ...]] = LEVELS
+
     difficulty: int | str = "1-3"
-    seed: int = 0
+    families: str = "all"
     size: int = 5000
 
     def family_list(self) -> list[str]:
         text = str(self.families).replace(" ", "")
         return list(FAMILIES) if text == "all" else [f for f in text.split(",") if f]
 
-    def levels(self) -> list[int]:
-        lo, _, hi = str(self.difficulty).strip().partition("-")
-        try:
-            return list(range(int(lo), int(hi or lo) + 1))
-        except ValueError:
-            raise ValueError(
-                f"difficulty must be a level 1-5 or a range like '1-3', got {self.difficulty!r}"
-            ) from None
-
     def validate(self) -> None:
+        super().validate()
         families = self.family_list()
         unknown = [f for f in families if f not in FAMILIES]
         if not families or unknown:
             raise ValueError(f"unknown families {unknown or families}; known: {', '.join(FAMILIES)} or 'all'")
-        levels = self.levels()
-        if not levels or levels[0] not in LEVELS or levels[-1] not in LEVELS:
-            raise ValueError(f"difficulty must be within 1-5, got {self.difficulty!r}")
-        if not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        if not isinstance(self.size, int) or self.size < 1:
-            raise ValueError(f"size must be a positive integer, got {self.size!r}")
 
 
 def make_generated(path: str | None = None, **options) -> GeneratedSource[MathProblem]:
