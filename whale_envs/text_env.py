@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import random
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -160,6 +161,11 @@ class TextEnv(gym.Env[str, str], Generic[P]):
 
     def _default_max_turns(self, task: Task[P]) -> int:
         return 8
+
+    def chance_action(self, rng: random.Random) -> str:
+        """A valid action chosen at random (no model, no solving): the env's *chance level* is the score of
+        playing these. ``check_harness`` rejects a harness that beats it without a model."""
+        return "".join(rng.choice("abcdefghij ") for _ in range(8))
 
     # ----------------------------------------------------------------------------- gym API
 

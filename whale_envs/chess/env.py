@@ -83,6 +83,10 @@ class ChessEnv(TextEnv[ChessPuzzle]):
             feedback=f"{shown}: correct. The opponent replied {reply.uci()} ({self.last_opponent_san})."
         )
 
+    def chance_action(self, rng) -> str:
+        """A uniformly random legal move."""
+        return rng.choice([m.uci() for m in self.board.legal_moves])
+
     def _finish(self, solved: bool, message: str) -> Outcome:
         self.solved = solved
         return Outcome(reward=1.0 if solved else 0.0, terminated=True, feedback=message)

@@ -127,6 +127,10 @@ class MathEnv(TextEnv[MathProblem]):
 
     # ------------------------------------------------------------------ episode state
 
+    def chance_action(self, rng) -> str:
+        """A guess: a random small integer."""
+        return f"answer: {rng.randint(0, 20)}"
+
     def _start(self, task: Task[MathProblem]) -> str:
         self.problem = task.payload
         self.tool_calls = 0
@@ -178,7 +182,7 @@ class MathEnv(TextEnv[MathProblem]):
             "tool_calls_used": self.tool_calls,
             "tool_calls_left": self.max_tool_calls - self.tool_calls,
             "max_tool_calls": self.max_tool_calls,
-            "last_tool": self.last_tool,
+            "last_tool": dict(self.last_tool) if self.last_tool else None,
             **meta,
         }
 

@@ -131,6 +131,11 @@ class SearchQAEnv(TextEnv[SearchQuestion]):
 
     # ------------------------------------------------------------------ episode state
 
+    def chance_action(self, rng) -> str:
+        """A guess without searching: a random word of the question."""
+        words = [w.strip("?,.'\"") for w in self.qa.question.split()]
+        return f"answer: {rng.choice([w for w in words if w] or ['yes'])}"
+
     def _start(self, task: Task[SearchQuestion]) -> str:
         self.qa = task.payload
         self.retriever: Retriever = get_retriever(self.qa.corpus, cache_dir=self.cache_dir)

@@ -1,0 +1,17 @@
+"""Choose among the legal moves by model likelihood (h0's prompt, a different way to get the move).
+
+Instead of letting the model write a move (which a small model often gets wrong), pick the legal move
+whose ``<move>uci</move>`` answer the model finds most likely. Never illegal; one model call per move.
+The choice is recorded like a sampled answer, so RSFT can train on it.
+"""
+
+from harnesses.chess_puzzles.h0 import ChessH0
+
+
+class ChessChoose(ChessH0):
+    name = "chess_puzzles/choose"
+
+    def act(self, obs, info, llm):
+        prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
+        moves = info["legal_moves_uci"]
+        return moves[llm.choose(prompt, [f"<move>{m}</move>" for m in moves])]

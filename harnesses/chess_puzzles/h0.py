@@ -1,0 +1,52 @@
+"""h0, the base chess harness (as in the paper).
+
+One move per LLM call. The prompt shows the goal, the board, the FEN, the opponent's last move and the
+legal moves in UCI; the model answers ``<move>e2e4</move>``. An unparseable answer is retried once
+(format retry); an illegal move is retried once with the env's error message (illegal-move retry);
+after a second failure on the same position the harness gives up.
+"""
+
+from harnesses.base import Harness, extract_tag
+
+
+class ChessH0(Harness):
+    name = "chess_puzzles/h0"
+    temperature = 1.0
+    max_tokens = 16
+    stop = ("</move>",)
+    format_retries = 1
+    illegal_retries = 1
+
+    def start(self, obs, info):
+        super().start(obs, info)
+        self.failures_here = 0
+
+    def format_observation(self, obs, info):
+        lines = [f"Chess puzzle. You play {info['solver_color']}. {info['goal']}"]
+        if info.get("last_opponent_move"):
+            lines.append(f"Opponent's last move: {info['last_opponent_move']}")
+        lines += [info["board"], f"FEN: {info['fen']}", "Legal moves: " + " ".join(info["legal_moves_uci"])]
+        if info.get("error"):
+            lines.append(f"Your previous answer was rejected: {info['error']}")
+        return "\n".join(lines)
+
+    def build_prompt(self, text, info):
+        return text + "\nAnswer with one legal move in UCI inside <move></move> tags."
+
+    def parse_action(self, text, info):
+        return extract_tag(text, "move")
+
+    def run(self, env, llm):
+        obs, info = env.reset()
+        self.start(obs, info)
+        while True:
+            action = self.act(obs, info, llm)
+            obs, reward, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                return
+            if info.get("error"):
+                self.failures_here += 1
+                if self.failures_here > self.illegal_retries:
+                    return  # one illegal-move retry per position, then give up
+            else:
+                self.failures_here = 0

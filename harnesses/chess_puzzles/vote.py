@@ -1,0 +1,22 @@
+"""Self-consistency over legal moves, with likelihood choice as the fallback (h0's prompt).
+
+Sample several answers, keep the ones that name a legal move, play the most frequent. When no sample
+names a legal move, choose among the legal moves by likelihood (as ``choose.py`` does).
+"""
+
+from harnesses.base import extract_tag, majority
+from harnesses.chess_puzzles.h0 import ChessH0
+
+
+class ChessVote(ChessH0):
+    name = "chess_puzzles/vote"
+    samples = 8
+
+    def act(self, obs, info, llm):
+        prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
+        legal = info["legal_moves_uci"]
+        answers = [extract_tag(t, "move") for t in llm.sample(prompt, self.samples, **self.params())]
+        move = majority([a.lower() for a in answers if a and a.lower() in legal])
+        if move is not None:
+            return move
+        return legal[llm.choose(prompt, [f"<move>{m}</move>" for m in legal])]

@@ -1,0 +1,384 @@
+"""Where harness code runs: in this process (shipped harnesses, when asked) or in a worker process.
+
+Both executors serve the same ``Episode`` operations and feed the same ``Batcher``; they differ only in
+how the harness's handle calls reach the trusted side.
+
+The worker executor keeps ``concurrency`` episodes in flight in one worker process. A watchdog ends an
+episode whose harness computes for longer than ``limits.harness_seconds`` without calling a handle:
+the worker is killed (a thread cannot be stopped), that episode is recorded as a timeout, and the
+other in-flight episodes start again from scratch in a fresh worker (their seeds make the rerun
+identical). A worker that dies by itself (memory limit, crash) ends its in-flight episodes with the
+reason; after ``MAX_WORKER_RESTARTS`` deaths the remaining episodes are recorded as failed without
+running, so one bad harness cannot stall an evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import gymnasium as gym
+
+from harnesses.base import HarnessCallError
+from harnesses.loader import HarnessRef
+from harnesses.worker import worker_program
+from whale_train.llm.base import LLM
+from whale_train.rollout import Batcher, Episode, RolloutConfig, Trajectory, stable_seed
+
+MAX_WORKER_RESTARTS = 3
+Job = tuple[str, int]  # (task id, sample index)
+
+
+def run_episodes(
+    harness: HarnessRef,
+    env_id: str,
+    llm: LLM,
+    jobs: list[Job],
+    make_env: Callable[[], gym.Env],
+    recycle: Callable[[gym.Env], None],
+    config: RolloutConfig,
+    progress: Callable[[Trajectory], None] | None = None,
+) -> list[Trajectory]:
+    batcher = Batcher(llm, config.max_wait)
+    lock = threading.Lock()
+
+    def new_episode(task_id: str, sample: int) -> Episode:
+        with lock:
+            env = make_env()
+        seed = stable_seed(config.seed, task_id, sample)
+        return Episode(env, env_id, task_id, sample, seed, batcher, harness.name, config.limits)
+
+    def close_episode(ep: Episode, error: str | None, record: bool = True) -> Trajectory:
+        """Finish the episode and return its env to the pool; ``record=False`` discards a rerun one."""
+        traj = ep.finish(error)
+        with lock:
+            recycle(ep.env)
+        if record and progress is not None:
+            progress(traj)
+        return traj
+
+    try:
+        if config.trusted:
+            return _run_in_process(harness, llm, jobs, new_episode, close_episode, batcher, config)
+        return _WorkerRun(harness, llm, jobs, new_episode, close_episode, batcher, config).run()
+    finally:
+        batcher.close()
+
+
+# ------------------------------------------------------------------------------------- in process
+
+
+class _DirectEnv:
+    def __init__(self, ep: Episode):
+        self._ep = ep
+
+    def reset(self):
+        return self._ep.call("reset", {}).result()
+
+    def step(self, action):
+        return self._ep.call("step", {"action": action}).result()
+
+
+class _DirectLLM:
+    def __init__(self, ep: Episode, has_chat_template: bool):
+        self._ep = ep
+        self.has_chat_template = has_chat_template
+
+    def _call(self, method: str, **args: Any):
+        return self._ep.call(method, args).result()
+
+    def complete(self, prompt, **params):
+        return self._call("complete", prompt=prompt, params=params)
+
+    def sample(self, prompt, n, **params):
+        return self._call("sample", prompt=prompt, n=n, params=params)
+
+    def complete_many(self, prompts, **params):
+        return self._call("complete_many", prompts=list(prompts), params=params)
+
+    def choose(self, prompt, options):
+        return self._call("choose", prompt=prompt, options=list(options))
+
+    def score(self, prompt, continuations):
+        return self._call("score", prompt=prompt, continuations=list(continuations))
+
+
+def _run_in_process(harness, llm, jobs, new_episode, close_episode, batcher, config) -> list[Trajectory]:
+    cls = harness.load_trusted()
+    chat = bool(llm.has_chat_template)
+
+    def one(job: Job) -> Trajectory:
+        ep = new_episode(*job)
+        batcher.enter()
+        error = None
+        try:
+            cls().run(_DirectEnv(ep), _DirectLLM(ep, chat))
+        except Exception:  # one episode never breaks the evaluation
+            error = "harness_error: " + traceback.format_exc(limit=8)[-4000:]
+        finally:
+            batcher.leave()
+        return close_episode(ep, error)
+
+    with ThreadPoolExecutor(max_workers=max(1, config.concurrency), thread_name_prefix="episode") as pool:
+        return list(pool.map(one, jobs))
+
+
+# ------------------------------------------------------------------------------------- worker
+
+
+def _limit_worker(memory_mb: int) -> Callable[[], None]:
+    def apply() -> None:
+        limit = memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+class _Worker:
+    """One worker process and the thread that reads its messages into a queue."""
+
+    def __init__(self, harness: HarnessRef, has_chat_template: bool, memory_mb: int, inbox: queue.Queue):
+        self.scratch = tempfile.TemporaryDirectory(prefix="whale-harness-")
+        self.stderr = open(os.path.join(self.scratch.name, "stderr.log"), "w+b")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", worker_program()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            cwd=self.scratch.name,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "LANG": "C.UTF-8",
+                "PYTHONHASHSEED": "0",
+                "HOME": self.scratch.name,
+            },
+            preexec_fn=_limit_worker(memory_mb),
+            start_new_session=True,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+        )
+        self._lock = threading.Lock()
+        self.inbox = inbox
+        self.send(
+            {
+                "op": "load",
+                "source": harness.source,
+                "filename": harness.filename,
+                "has_chat_template": has_chat_template,
+            }
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self.inbox.put((self, json.loads(line)))
+            except json.JSONDecodeError:
+                continue
+        self.inbox.put((self, {"op": "exit"}))
+
+    def send(self, msg: dict) -> bool:
+        try:
+            with self._lock:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps(msg, ensure_ascii=False) + "\n")
+                self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def stderr_tail(self, n: int = 1500) -> str:
+        self.stderr.flush()
+        self.stderr.seek(0)
+        return self.stderr.read().decode("utf-8", "replace")[-n:]
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        self.stderr.close()
+        self.scratch.cleanup()
+
+
+class _WorkerRun:
+    def __init__(self, harness, llm, jobs, new_episode, close_episode, batcher, config: RolloutConfig):
+        self.harness = harness
+        self.llm = llm
+        self.todo: deque[Job] = deque(jobs)
+        self.new_episode = new_episode
+        self.close_episode = close_episode
+        self.batcher = batcher
+        self.config = config
+        self.inbox: queue.Queue = queue.Queue()
+        self.in_flight: dict[int, Episode] = {}
+        self.results: list[Trajectory] = []
+        self.next_id = 0
+        self.restarts = 0
+        self.worker: _Worker | None = None
+
+    def run(self) -> list[Trajectory]:
+        try:
+            while self.todo or self.in_flight:
+                if self.worker is None and not self._start_worker():
+                    break
+                self._fill()
+                try:
+                    worker, msg = self.inbox.get(timeout=0.2)
+                except queue.Empty:
+                    self._watchdog()
+                    continue
+                if worker is self.worker:
+                    self._handle(msg)
+                self._watchdog()
+        finally:
+            if self.worker is not None:
+                self.worker.send({"op": "shutdown"})
+                self.worker.kill()
+        return self.results
+
+    # ------------------------------------------------------------ worker life
+
+    def _start_worker(self) -> bool:
+        self.worker = _Worker(
+            self.harness, bool(self.llm.has_chat_template), self.config.worker_memory_mb, self.inbox
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                worker, msg = self.inbox.get(timeout=1)
+            except queue.Empty:
+                continue
+            if worker is not self.worker:
+                continue
+            if msg["op"] == "ready":
+                return True
+            reason = msg.get("error") or f"the worker exited while loading: {worker.stderr_tail()}"
+            self._fail_remaining(f"harness_error: could not load the harness: {reason}")
+            return False
+        self._fail_remaining("harness_error: the worker did not start within 60 s")
+        return False
+
+    def _fail_remaining(self, error: str) -> None:
+        for ep in list(self.in_flight.values()):
+            self.batcher.leave()
+            self.results.append(self.close_episode(ep, error))
+        self.in_flight.clear()
+        while self.todo:
+            ep = self.new_episode(*self.todo.popleft())
+            self.results.append(self.close_episode(ep, error))
+        if self.worker is not None:
+            self.worker.kill()
+            self.worker = None
+
+    def _restart(self, requeue: list[Episode]) -> None:
+        """Kill the worker and start the given episodes again later, from scratch."""
+        assert self.worker is not None
+        self.worker.kill()
+        self.worker = None
+        for ep in requeue:
+            self.batcher.leave()
+            self.todo.appendleft((ep.task_id, ep.traj.sample))
+            self.close_episode(ep, "requeued", record=False)
+        self.in_flight.clear()
+        self.restarts += 1
+
+    # ------------------------------------------------------------ episodes
+
+    def _fill(self) -> None:
+        assert self.worker is not None
+        while self.todo and len(self.in_flight) < self.config.concurrency:
+            ep = self.new_episode(*self.todo.popleft())
+            eid = self.next_id
+            self.next_id += 1
+            self.in_flight[eid] = ep
+            self.batcher.enter()
+            self.worker.send({"op": "start", "episode": eid})
+
+    def _handle(self, msg: dict) -> None:
+        op = msg.get("op")
+        if op == "exit":
+            self._worker_died()
+            return
+        eid = msg.get("episode")
+        ep = self.in_flight.get(eid)  # type: ignore[arg-type]
+        if ep is None:
+            return
+        if op == "done":
+            del self.in_flight[eid]
+            self.batcher.leave()
+            error = msg.get("error")
+            self.results.append(self.close_episode(ep, f"harness_error: {error}" if error else None))
+        elif op == "call":
+            ep.busy_in_harness = False
+            try:
+                future = ep.call(str(msg.get("method")), dict(msg.get("args") or {}))
+            except HarnessCallError as exc:
+                self._reply(ep, eid, None, str(exc))
+                return
+            except Exception as exc:  # a malformed call: the harness sees it, the run goes on
+                self._reply(ep, eid, None, f"{type(exc).__name__}: {exc}")
+                return
+            worker = self.worker
+            future.add_done_callback(lambda f, e=eid, w=worker: self._reply_future(ep, e, f, w))
+
+    def _reply_future(self, ep: Episode, eid: int, future: Future, worker: _Worker | None) -> None:
+        exc = future.exception()
+        self._reply(ep, eid, None if exc else future.result(), str(exc) if exc else None, worker)
+
+    def _reply(
+        self, ep: Episode, eid: int, value: Any, error: str | None, worker: _Worker | None = None
+    ) -> None:
+        worker = worker or self.worker
+        ep.last_activity = time.monotonic()
+        ep.busy_in_harness = True
+        if worker is not None:
+            msg = {"op": "reply", "episode": eid, "ok": error is None}
+            msg.update({"error": error} if error else {"value": value})
+            worker.send(msg)
+
+    def _watchdog(self) -> None:
+        limit = self.config.limits.harness_seconds
+        now = time.monotonic()
+        for eid, ep in list(self.in_flight.items()):
+            if ep.busy_in_harness and now - ep.last_activity > limit:
+                del self.in_flight[eid]
+                self.batcher.leave()
+                msg = f"timeout: the harness computed for more than {limit:g} s without calling the env or the model"
+                self.results.append(self.close_episode(ep, msg))
+                self._restart(list(self.in_flight.values()))
+                return
+
+    def _worker_died(self) -> None:
+        assert self.worker is not None
+        code = self.worker.proc.poll()
+        tail = self.worker.stderr_tail(600)
+        hint = " (memory limit?)" if "MemoryError" in tail or code in (-9, 137) else ""
+        error = f"harness_error: the worker process died (exit status {code}){hint}: {tail.strip()[-400:]}"
+        for ep in list(self.in_flight.values()):
+            self.batcher.leave()
+            self.results.append(self.close_episode(ep, error))
+        self.in_flight.clear()
+        self.worker.kill()
+        self.worker = None
+        self.restarts += 1
+        if self.restarts > MAX_WORKER_RESTARTS:
+            self._fail_remaining(
+                f"{error} [the worker died {self.restarts} times: remaining episodes not run]"
+            )

@@ -1,0 +1,248 @@
+"""The transformers backend: the CPU default, and the trainer's in-place model on GPUs without vLLM.
+
+A small sampling loop over the model's forward pass instead of ``generate()``, for three reasons:
+every row samples from its own ``torch.Generator`` seeded by its request (a rollout does not depend on
+its batch mates), rows have their own temperature / top-p / max_tokens / stop strings, and finished
+rows leave the batch (the KV cache is compacted) so one long completion does not slow the rest down.
+Prompts are left-padded; positions come from the attention mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from whale_train.llm.base import Completion, Prompt, Request, cut_at_stop
+
+
+class TransformersLLM:
+    """An ``LLM`` over a transformers causal LM and its tokenizer.
+
+    Args:
+        model: a model directory / hub id, or a loaded ``PreTrainedModel``.
+        tokenizer: a loaded tokenizer (default: loaded from ``model``).
+        max_batch_size: most sequences in one forward pass.
+        device, dtype: where and in which precision to run (default: CPU, float32).
+    """
+
+    def __init__(
+        self,
+        model: str | Path | Any,
+        tokenizer: Any | None = None,
+        *,
+        max_batch_size: int = 128,
+        device: str | None = None,
+        dtype: torch.dtype | None = None,
+        name: str | None = None,
+    ):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # no per-shard bars in the middle of our own progress output
+        if isinstance(model, str | Path):
+            path = str(model)
+            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+            self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
+            self.name = name or path
+        else:
+            self.model = model
+            self.tokenizer = tokenizer
+            self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        if self.tokenizer is None:
+            raise ValueError("a tokenizer is needed when the model is passed as an object")
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model.to(self.device)
+        self.model.eval()
+        self.max_batch_size = max_batch_size
+        self.version = 0
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
+        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 4096))
+
+    # ------------------------------------------------------------------------------ prompts
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def render(self, prompt: Prompt) -> str:
+        """The prompt text the model sees (chat messages go through the chat template)."""
+        if isinstance(prompt, str):
+            return prompt
+        if not self.has_chat_template:
+            raise ValueError(f"{self.name} has no chat template: pass the prompt as plain text")
+        return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    # ------------------------------------------------------------------------------ sampling
+
+    @torch.inference_mode()
+    def complete(self, requests: Sequence[Request]) -> list[Completion]:
+        results: list[Completion | None] = [None] * len(requests)
+        prepared = []
+        for i, req in enumerate(requests):
+            text = self.render(req.prompt)
+            ids = self.encode(text)
+            room = self.max_positions - req.params.max_tokens
+            if len(ids) > room:  # keep the end of an over-long prompt
+                ids = ids[-room:]
+            prepared.append((i, text, ids))
+        prepared.sort(key=lambda p: len(p[2]))  # similar lengths share a batch: less padding
+        for start in range(0, len(prepared), self.max_batch_size):
+            chunk = prepared[start : start + self.max_batch_size]
+            outs = self._sample([(ids, requests[i]) for i, _, ids in chunk])
+            for (i, text, ids), (new_ids, finish) in zip(chunk, outs, strict=True):
+                results[i] = self._completion(requests[i], text, ids, new_ids, finish)
+        return results  # type: ignore[return-value]
+
+    def _completion(self, req: Request, prompt_text: str, prompt_ids, new_ids, finish) -> Completion:
+        body = [t for t in new_ids if t not in self.eos_ids]
+        text = self.tokenizer.decode(body, skip_special_tokens=True)
+        text, _ = cut_at_stop(text, req.params.stop)
+        return Completion(
+            text=text,
+            prompt_text=prompt_text,
+            prompt_ids=list(prompt_ids),
+            completion_ids=list(new_ids),
+            finish_reason=finish,
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=len(new_ids),
+        )
+
+    def _sample(self, batch: list[tuple[list[int], Request]]) -> list[tuple[list[int], str]]:
+        n = len(batch)
+        width = max(len(ids) for ids, _ in batch)
+        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for row, (ids, _) in enumerate(batch):
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            mask[row, width - len(ids) :] = 1
+        reqs = [req for _, req in batch]
+        gens = [torch.Generator().manual_seed(int(req.seed) % (2**63)) for req in reqs]
+        temps = torch.tensor([req.params.temperature for req in reqs], dtype=torch.float32)
+        top_ps = torch.tensor([req.params.top_p for req in reqs], dtype=torch.float32)
+        out_ids: list[list[int]] = [[] for _ in range(n)]
+        finish = ["length"] * n
+        active = list(range(n))  # original row index of each row still in the batch
+
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+        )
+        cache = out.cache
+        logits = out.logits[:, -1, :].float().cpu()
+        while active:
+            sel = torch.tensor(active)
+            tokens = _draw(logits, temps[sel], top_ps[sel], [gens[r] for r in active])
+            keep = []
+            for j, r in enumerate(active):
+                tok = int(tokens[j])
+                out_ids[r].append(tok)
+                params = reqs[r].params
+                if tok in self.eos_ids or (params.stop and self._hit_stop(out_ids[r], params.stop)):
+                    finish[r] = "stop"
+                elif len(out_ids[r]) < params.max_tokens:
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(active):
+                idx = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(idx)
+                mask, positions, tokens = mask[idx], positions[idx], tokens[keep]
+                active = [active[j] for j in keep]
+            mask = torch.cat(
+                [mask, torch.ones((len(active), 1), dtype=mask.dtype, device=self.device)], dim=1
+            )
+            positions = positions[:, -1:] + 1
+            out = self.model(
+                input_ids=tokens.view(-1, 1).to(self.device),
+                attention_mask=mask,
+                position_ids=positions,
+                cache=cache,
+                use_cache=True,
+            )
+            cache = out.cache
+            logits = out.logits[:, -1, :].float().cpu()
+        return list(zip(out_ids, finish, strict=True))
+
+    def _hit_stop(self, ids: list[int], stop: tuple[str, ...]) -> bool:
+        tail = self.tokenizer.decode(ids[-16:], skip_special_tokens=True)
+        return any(s and s in tail for s in stop)
+
+    # ------------------------------------------------------------------------------ scoring
+
+    @torch.inference_mode()
+    def score(self, prompt: Prompt, continuations: list[str]) -> list[Completion]:
+        """Summed log-likelihood of each continuation after ``prompt`` (one forward pass per chunk)."""
+        prompt_text = self.render(prompt)
+        prompt_ids = self.encode(prompt_text)
+        conts = [self.encode(c) for c in continuations]
+        results: list[Completion] = []
+        for start in range(0, len(conts), self.max_batch_size):
+            chunk = conts[start : start + self.max_batch_size]
+            seqs = [prompt_ids + c for c in chunk]
+            width = max(len(s) for s in seqs)
+            ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for row, s in enumerate(seqs):
+                ids[row, : len(s)] = torch.tensor(s)
+                mask[row, : len(s)] = 1
+            logits = (
+                self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device))
+                .logits.float()
+                .cpu()
+            )
+            logp = torch.log_softmax(logits, dim=-1)
+            for row, cont in enumerate(chunk):
+                lp = sum(float(logp[row, len(prompt_ids) + t - 1, tok]) for t, tok in enumerate(cont))
+                text = continuations[start + row]
+                results.append(
+                    Completion(
+                        text=text,
+                        prompt_text=prompt_text,
+                        prompt_ids=list(prompt_ids),
+                        completion_ids=list(cont),
+                        finish_reason="stop",
+                        prompt_tokens=len(prompt_ids),
+                        completion_tokens=len(cont),
+                        logprob=lp,
+                    )
+                )
+        return results
+
+
+def _draw(
+    logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor, gens: list[torch.Generator]
+) -> torch.Tensor:
+    """One token per row: greedy where temperature is 0, else inverse-CDF sampling with the row's generator."""
+    greedy = logits.argmax(dim=-1)
+    if bool((temps == 0).all()):
+        return greedy
+    probs = torch.softmax(logits / temps.clamp(min=1e-5).unsqueeze(1), dim=-1)
+    if bool((top_ps < 1).any()):
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p > top_ps.unsqueeze(1)
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    cdf = probs.cumsum(dim=-1)
+    u = torch.stack([torch.rand((), generator=g) for g in gens]).unsqueeze(1) * cdf[:, -1:]
+    sampled = torch.searchsorted(cdf, u).squeeze(1).clamp(max=logits.shape[-1] - 1)
+    return torch.where(temps == 0, greedy, sampled)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids = set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (gen_eos, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value:
+            ids.update(int(v) for v in value)
+    return ids

@@ -1,0 +1,104 @@
+"""The tiny Qwen3-architecture model the project builds for the CPU default.
+
+``train_tokenizer`` trains a byte-level BPE tokenizer (digits split one by one) with a ChatML chat
+template, ``build_model`` a ``Qwen3ForCausalLM`` of a named size. Both save and load with the
+standard ``save_pretrained`` / ``AutoTokenizer`` / ``AutoModelForCausalLM`` path, so every command
+treats the tiny model exactly like a real Qwen checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
+
+#: ChatML, as in Qwen: "<|im_start|>role\ncontent<|im_end|>\n", then the assistant header.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+#: Model sizes: hidden size, layers, attention heads, key/value heads, MLP width.
+SIZES = {
+    "tiny": {
+        "hidden_size": 128,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 384,
+    },
+    "small": {
+        "hidden_size": 256,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 768,
+    },
+}
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
+    """A byte-level BPE tokenizer trained on ``texts``; digits are always single tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|endoftext|>",
+        pad_token="<|pad|>",
+        chat_template=CHAT_TEMPLATE,
+        padding_side="left",
+        model_max_length=2048,
+    )
+
+
+def build_model(tokenizer, size: str = "tiny", seed: int = 0, max_positions: int = 2048):
+    """A freshly initialized ``Qwen3ForCausalLM`` of ``size`` for ``tokenizer``."""
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; known: {', '.join(SIZES)}")
+    dims = SIZES[size]
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        head_dim=dims["hidden_size"] // dims["num_attention_heads"],
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        **dims,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    end = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    model.generation_config = GenerationConfig(eos_token_id=end, pad_token_id=tokenizer.pad_token_id)
+    return model
+
+
+def save(model, tokenizer, out: str | Path) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
