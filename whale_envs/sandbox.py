@@ -36,8 +36,9 @@ group kill unless it runs under the sandbox uid (then a sweep of ``/proc`` by ui
 ``isolation="auto"`` (the default) uses namespaces when available and warns once when it falls back;
 ``isolation="namespaces"`` refuses to run code without them.
 
-The pieces a later user needs separately (the harness loader) are public: :class:`Limits`,
-:func:`isolation_available`, :func:`kill_tree`.
+The pieces a later user needs separately are public: :class:`Limits`, :func:`isolation_available`,
+:func:`kill_tree`, and :func:`spawn_python`, which starts a long-running sandboxed program that talks
+over pipes (the harness worker).
 """
 
 from __future__ import annotations
@@ -233,30 +234,39 @@ def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
     return _run(code, limits, isolation=isolation)
 
 
-def _run(code: str, limits: Limits, *, isolation: str = "namespaces", probing: bool = False) -> SandboxResult:
-    details = asdict(limits)
+def _prepare(code: str, limits: Limits, isolation: str) -> tuple[Path, dict]:
+    """A private temporary folder holding the code, and the boot configuration for it."""
     tmp = Path(tempfile.mkdtemp(prefix="whale-sandbox-"))
     uid = _sandbox_uid() if os.geteuid() == 0 else None
+    code_path = tmp / "code.py"
+    code_path.write_text(code, encoding="utf-8", errors="replace")
+    cfg = _boot_config(tmp, code_path, limits, isolation, uid)
+    if isolation == "none" and uid is not None and not _world_readable(cfg["python"]):
+        cfg["uid"] = None  # the interpreter lives where an unprivileged uid cannot read it
+    if cfg["uid"] is not None:
+        tmp.chmod(0o755)
+    return tmp, cfg
+
+
+def _popen(tmp: Path, cfg: dict, **streams) -> subprocess.Popen:
+    return subprocess.Popen(
+        [_boot_python(), "-I", "-S", "-c", _boot_source(), json.dumps(cfg)],
+        start_new_session=True,
+        close_fds=True,
+        cwd=str(tmp),
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        **streams,
+    )
+
+
+def _run(code: str, limits: Limits, *, isolation: str = "namespaces", probing: bool = False) -> SandboxResult:
+    details = asdict(limits)
+    tmp, cfg = _prepare(code, limits, isolation)
+    uid = cfg["uid"]
     try:
-        code_path = tmp / "code.py"
-        code_path.write_text(code, encoding="utf-8", errors="replace")
-        cfg = _boot_config(tmp, code_path, limits, isolation, uid)
-        if isolation == "none" and uid is not None and not _world_readable(cfg["python"]):
-            cfg["uid"] = uid = None  # the interpreter lives where an unprivileged uid cannot read it
-        if cfg["uid"] is not None:
-            tmp.chmod(0o755)
         start = time.monotonic()
         try:
-            proc = subprocess.Popen(
-                [_boot_python(), "-I", "-S", "-c", _boot_source(), json.dumps(cfg)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                close_fds=True,
-                cwd=str(tmp),
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-            )
+            proc = _popen(tmp, cfg, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as exc:
             return SandboxResult(limit="setup", error=f"cannot start the interpreter: {exc}", details=details)
         out, err, limit, truncated = _collect(proc, limits, start)
@@ -288,6 +298,93 @@ def _run(code: str, limits: Limits, *, isolation: str = "namespaces", probing: b
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class SandboxProcess:
+    """A long-running sandboxed program that talks over pipes (the harness worker uses one).
+
+    ``stdin`` / ``stdout`` are text pipes (UTF-8, line-buffered); stderr goes to a private file
+    (``stderr_tail()``). The wall-clock limit is the caller's business: ``close()`` kills the whole
+    process tree and removes the program's files; it is safe to call twice.
+    """
+
+    def __init__(self, proc: subprocess.Popen, tmp: Path, uid: int | None, isolation: str, stderr_file):
+        self.proc = proc
+        self.isolation = isolation
+        self._tmp = tmp
+        self._uid = uid
+        self._stderr = stderr_file
+
+    @property
+    def stdin(self):
+        return self.proc.stdin
+
+    @property
+    def stdout(self):
+        return self.proc.stdout
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def stderr_tail(self, n: int = 2000) -> str:
+        try:
+            with open(self._tmp / "stderr.log", "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - n))
+                return fh.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        kill_tree(self.proc.pid, self._uid)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:
+                pass
+        self._stderr.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def spawn_python(code: str, limits: Limits | None = None) -> SandboxProcess:
+    """Start ``code`` in the sandbox as a long-running program with stdin/stdout pipes.
+
+    Same jail and limits as :func:`run_python` (choose ``wall_s`` / ``cpu_s`` for the program's whole
+    life; count threads in ``max_processes``). Raises ``RuntimeError`` when ``isolation="namespaces"``
+    is required but unavailable, or when the interpreter cannot start.
+    """
+    limits = limits or Limits()
+    limits.validate()
+    isolation = _choose_isolation(limits)
+    if isolation == "unavailable":
+        raise RuntimeError("isolation='namespaces' was required but Linux namespaces are not available here")
+    tmp, cfg = _prepare(code, limits, isolation)
+    stderr_file = open(tmp / "stderr.log", "wb")  # noqa: SIM115 - closed by SandboxProcess.close
+    try:
+        proc = _popen(
+            tmp,
+            cfg,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr_file,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+        )
+    except OSError as exc:
+        stderr_file.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"cannot start the interpreter: {exc}") from None
+    return SandboxProcess(proc, tmp, cfg["uid"], isolation, stderr_file)
 
 
 def _collect(proc: subprocess.Popen, limits: Limits, start: float) -> tuple[bytes, bytes, str | None, bool]:

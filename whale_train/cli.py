@@ -27,6 +27,7 @@ import whale_envs
 from whale_envs.tasks import SPLIT_NAMES, SPLITS, TaskSourceError, source_kinds, split_ids
 
 console = Console()
+errors = Console(stderr=True, soft_wrap=True)  # one line per error, never wrapped
 
 
 class CLIError(Exception):
@@ -302,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except CLIError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        errors.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
         return 2
 
 

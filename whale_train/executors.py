@@ -15,12 +15,7 @@ running, so one bad harness cannot stall an evaluation.
 from __future__ import annotations
 
 import json
-import os
 import queue
-import resource
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -34,6 +29,7 @@ import gymnasium as gym
 from harnesses.base import HarnessCallError
 from harnesses.loader import HarnessRef
 from harnesses.worker import worker_program
+from whale_envs.sandbox import Limits, spawn_python
 from whale_train.llm.base import LLM
 from whale_train.rollout import Batcher, Episode, RolloutConfig, Trajectory, stable_seed
 
@@ -138,39 +134,22 @@ def _run_in_process(harness, llm, jobs, new_episode, close_episode, batcher, con
 # ------------------------------------------------------------------------------------- worker
 
 
-def _limit_worker(memory_mb: int) -> Callable[[], None]:
-    def apply() -> None:
-        limit = memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
-
-
 class _Worker:
-    """One worker process and the thread that reads its messages into a queue."""
+    """One sandboxed worker process (``whale_envs.sandbox.spawn_python``: no network, no view of the
+    project or the task files, its own uid, rlimits) and the thread that reads its messages."""
 
-    def __init__(self, harness: HarnessRef, has_chat_template: bool, memory_mb: int, inbox: queue.Queue):
-        self.scratch = tempfile.TemporaryDirectory(prefix="whale-harness-")
-        self.stderr = open(os.path.join(self.scratch.name, "stderr.log"), "w+b")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", worker_program()],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            cwd=self.scratch.name,
-            env={
-                "PATH": "/usr/bin:/bin",
-                "LANG": "C.UTF-8",
-                "PYTHONHASHSEED": "0",
-                "HOME": self.scratch.name,
-            },
-            preexec_fn=_limit_worker(memory_mb),
-            start_new_session=True,
-            text=True,
-            encoding="utf-8",
-            bufsize=1,
+    def __init__(
+        self, harness: HarnessRef, has_chat_template: bool, config: RolloutConfig, inbox: queue.Queue
+    ):
+        limits = Limits(
+            wall_s=86_400,
+            cpu_s=86_400,
+            memory_mb=config.worker_memory_mb,
+            max_processes=config.concurrency + 32,  # threads count here: one per episode in flight
+            file_mb=16,
+            site_packages=False,  # the worker needs the standard library only
         )
+        self.proc = spawn_python(worker_program(), limits)
         self._lock = threading.Lock()
         self.inbox = inbox
         self.send(
@@ -184,7 +163,6 @@ class _Worker:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        assert self.proc.stdout is not None
         for line in self.proc.stdout:
             try:
                 self.inbox.put((self, json.loads(line)))
@@ -195,7 +173,6 @@ class _Worker:
     def send(self, msg: dict) -> bool:
         try:
             with self._lock:
-                assert self.proc.stdin is not None
                 self.proc.stdin.write(json.dumps(msg, ensure_ascii=False) + "\n")
                 self.proc.stdin.flush()
             return True
@@ -203,18 +180,10 @@ class _Worker:
             return False
 
     def stderr_tail(self, n: int = 1500) -> str:
-        self.stderr.flush()
-        self.stderr.seek(0)
-        return self.stderr.read().decode("utf-8", "replace")[-n:]
+        return self.proc.stderr_tail(n)
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
-        self.stderr.close()
-        self.scratch.cleanup()
+        self.proc.close()
 
 
 class _WorkerRun:
@@ -256,9 +225,11 @@ class _WorkerRun:
     # ------------------------------------------------------------ worker life
 
     def _start_worker(self) -> bool:
-        self.worker = _Worker(
-            self.harness, bool(self.llm.has_chat_template), self.config.worker_memory_mb, self.inbox
-        )
+        try:
+            self.worker = _Worker(self.harness, bool(self.llm.has_chat_template), self.config, self.inbox)
+        except RuntimeError as exc:
+            self._fail_remaining(f"harness_error: the sandboxed worker cannot start: {exc}")
+            return False
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -368,6 +339,9 @@ class _WorkerRun:
     def _worker_died(self) -> None:
         assert self.worker is not None
         code = self.worker.proc.poll()
+        if code is None:
+            time.sleep(0.1)
+            code = self.worker.proc.poll()
         tail = self.worker.stderr_tail(600)
         hint = " (memory limit?)" if "MemoryError" in tail or code in (-9, 137) else ""
         error = f"harness_error: the worker process died (exit status {code}){hint}: {tail.strip()[-400:]}"

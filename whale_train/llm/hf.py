@@ -117,10 +117,14 @@ class TransformersLLM:
 
     def _sample(self, batch: list[tuple[list[int], Request]]) -> list[tuple[list[int], str]]:
         n = len(batch)
-        width = max(len(ids) for ids, _ in batch)
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for row, (ids, _) in enumerate(batch):
+        # Identical prompts (a vote's n samples, retries) are encoded once; the cache is then copied.
+        unique: dict[tuple[int, ...], int] = {}
+        row_of = [unique.setdefault(tuple(ids), len(unique)) for ids, _ in batch]
+        prompts = list(unique)
+        width = max(len(ids) for ids in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):
             input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             mask[row, width - len(ids) :] = 1
         reqs = [req for _, req in batch]
@@ -138,6 +142,14 @@ class TransformersLLM:
         )
         cache = out.cache
         logits = out.logits[:, -1, :].float().cpu()
+        if len(prompts) < n:
+            expand = torch.tensor(row_of)
+            cache.batch_select_indices(expand.to(self.device))
+            mask, positions, logits = (
+                mask[expand.to(self.device)],
+                positions[expand.to(self.device)],
+                logits[expand],
+            )
         while active:
             sel = torch.tensor(active)
             tokens = _draw(logits, temps[sel], top_ps[sel], [gens[r] for r in active])

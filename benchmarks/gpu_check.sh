@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# GPU check (one command, under 10 minutes on one GPU): the vLLM backend serves the tiny model and its
+# mean@8 matches the transformers backend's within noise. Run it wherever a GPU is available and record
+# the printed result in the README. On a CPU-only machine it exits with a clear message.
+#
+#   bash benchmarks/gpu_check.sh [MODEL_DIR]      (default: the shipped tiny model)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || PY=python3
+export HF_HUB_OFFLINE=1
+
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  echo "gpu_check: no CUDA GPU here; this check needs one (nothing was run)." >&2
+  exit 3
+fi
+if ! "$PY" -c "import vllm" 2>/dev/null; then
+  echo "gpu_check: vllm is not installed: pip install -e '.[gpu]' (nothing was run)." >&2
+  exit 3
+fi
+MODEL=${1:-$("$PY" -c "from whale_train.llm import default_model; print(default_model())")}
+OUT=${OUT:-gpu_check_out}
+mkdir -p "$OUT"
+for env in "whale/Math-v0 math/h0" "whale/Chess-v0 chess_puzzles/h0"; do
+  set -- $env
+  for backend in transformers vllm; do
+    "$PY" -m whale_train.cli eval --env "$1" --harness "$2" --model "$MODEL" --backend "$backend" \
+      --limit 200 --k 8 --trusted --out "$OUT/${2//\//_}_$backend" > "$OUT/${2//\//_}_$backend.log"
+  done
+done
+"$PY" - "$OUT" <<'PY'
+import json, math, sys
+from pathlib import Path
+out = Path(sys.argv[1]); ok = True
+for name in ("math_h0", "chess_puzzles_h0"):
+    t = json.loads((out / f"{name}_transformers" / "results.json").read_text())
+    v = json.loads((out / f"{name}_vllm" / "results.json").read_text())
+    diff, se = v["mean"] - t["mean"], math.hypot(t["se"], v["se"])
+    same = abs(diff) <= 2 * se + 1e-9
+    ok &= same
+    print(f"{name}: transformers {100*t['mean']:.1f}% ± {100*t['se']:.1f}, vllm {100*v['mean']:.1f}% ± {100*v['se']:.1f}, "
+          f"diff {100*diff:+.1f} ({'within' if same else 'OUTSIDE'} 2 SE); vllm {v['episodes_per_second']} episodes/s")
+sys.exit(0 if ok else 1)
+PY

@@ -1,0 +1,28 @@
+"""Shared fixtures: a freshly initialized tiny Qwen3 model (real tokenizer and model classes)."""
+
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def fresh_model_dir(tmp_path_factory) -> str:
+    """An untrained ~1M-parameter Qwen3 model with a tokenizer trained on the three envs' observations."""
+    import whale_envs  # noqa: F401
+    from whale_train.tiny import build_model, save, train_tokenizer
+
+    texts = []
+    for env_id in ("whale/Chess-v0", "whale/Math-v0", "whale/SearchQA-v0"):
+        env = gym.make(env_id)
+        texts += [env.reset(seed=i)[0] for i in range(40)]
+    texts += ["<move>e2e4</move> \\boxed{12} <search>x</search> <answer>y</answer> python: print(1)"] * 20
+    tok = train_tokenizer(texts, vocab_size=1024)
+    path = tmp_path_factory.mktemp("fresh-model")
+    save(build_model(tok, "tiny", seed=0), tok, path)
+    return str(path)
