@@ -1,0 +1,110 @@
+"""RSFT mechanics: acceptance, examples on the exact sampled ids, TRL training in place, no-op steps,
+the epoch-ordered task stream, the config."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harnesses.loader import load_harness
+from whale_train.llm.hf import TransformersLLM
+from whale_train.rollout import EnvStep, LLMCall, Trajectory
+from whale_train.rsft import RSFT, RSFTConfig, TaskStream, accept, examples_from
+
+MATH = {"tasks": "generated?difficulty=1"}
+
+
+def rsft(model_dir, **overrides) -> RSFT:
+    config = RSFTConfig(**{"batch_tasks": 2, "samples": 1, "save_checkpoints": False, **overrides})
+    return RSFT(config, TransformersLLM(model_dir), load_harness("math/h0"), "whale/Math-v0", MATH)
+
+
+def weights(llm) -> torch.Tensor:
+    return torch.cat([p.detach().flatten().clone() for p in llm.model.parameters()])
+
+
+def test_a_step_without_accepted_trajectories_is_a_logged_no_op(fresh_model_dir, tmp_path):
+    r = rsft(fresh_model_dir)  # an untrained model solves nothing
+    r.checkpoint_dir = tmp_path
+    before = weights(r.llm)
+    report = r.step()
+    assert report.accepted == 0 and report.examples == 0 and not report.updated and report.loss is None
+    assert r.llm.version == 0 and torch.equal(before, weights(r.llm))
+    assert report.rollouts == 2 and report.train_reward == 0.0
+    assert not any(tmp_path.iterdir())
+
+
+def test_trained_examples_are_byte_identical_to_the_accepted_completions(fresh_model_dir, tmp_path):
+    # Accept everything (threshold 0) so an untrained model has something to train on.
+    r = rsft(fresh_model_dir, reward_threshold=0.0, require_stop=False, save_checkpoints=True)
+    r.checkpoint_dir = tmp_path
+    before = weights(r.llm)
+    report = r.step()
+    assert report.updated and report.examples > 0 and report.loss is not None and r.llm.version == 1
+    assert not torch.equal(before, weights(r.llm))  # trained in place: the sampler has the new weights
+    assert (tmp_path / "1" / "config.json").exists()
+    rows = r.trainer.last_dataset
+    assert len(rows) == len(r.last_examples)
+    for ex, row in zip(r.last_examples, rows, strict=True):
+        assert row["input_ids"] == list(ex.prompt_ids) + list(ex.completion_ids)
+        trained = [i for i, label in zip(row["input_ids"], row["labels"], strict=True) if label != -100]
+        assert trained == list(ex.completion_ids)  # completion-only loss on exactly the sampled ids
+
+
+def test_examples_come_from_every_call_of_accepted_trajectories(fresh_model_dir):
+    tok = TransformersLLM(fresh_model_dir).tokenizer
+    call = LLMCall("sample", "p", "p", "4", [1, 2], [3, 4], "stop", 2, 2)
+    cut = LLMCall("sample", "p", "p", "x", [1, 2], [5, 6], "length", 2, 2)
+    choice = LLMCall("choice", [{"role": "user", "content": "p"}], "p", "e2e4", [1, 2], [7], "stop", 2, 1)
+    score = LLMCall("score", "p", "p", "", [1, 2], None, "stop", 2, 0)
+    solved = Trajectory(
+        "t1", 0, 0, "h", "env", 0, reward=1.0, solved=True, calls=[call, cut, choice, score, call]
+    )
+    solved.steps = [EnvStep("a", "", 1.0, True, False)]
+    failed = Trajectory("t2", 0, 0, "h", "env", 0, reward=0.0, calls=[call])
+    config = RSFTConfig()
+    kept = accept([solved, failed, solved], RSFTConfig(per_task_cap=1))
+    assert kept == [solved]
+    examples = examples_from(kept, config, tok)
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert [(e.prompt_ids, e.completion_ids) for e in examples] == [((1, 2), (3, 4)), ((1, 2), (7, im_end))]
+    assert len(examples_from(kept, RSFTConfig(dedup=False, require_stop=False), tok)) == 4
+
+
+def test_lora_trains_adapters_only(fresh_model_dir):
+    r = rsft(fresh_model_dir, reward_threshold=0.0, require_stop=False, lora=True, lora_r=4)
+    base = {n: p.detach().clone() for n, p in r.trainer.model.named_parameters() if "lora_" not in n}
+    lora = {n: p.detach().clone() for n, p in r.trainer.model.named_parameters() if "lora_B" in n}
+    assert lora and r.step().updated
+    after = dict(r.trainer.model.named_parameters())
+    assert all(torch.equal(base[n], after[n]) for n in base)
+    assert any(not torch.equal(lora[n], after[n]) for n in lora)
+
+
+def test_task_stream_is_epoch_ordered_and_resumable():
+    stream = TaskStream([f"t{i}" for i in range(10)], seed=3)
+    first = stream.take(10)
+    assert sorted(first) == [f"t{i}" for i in range(10)] and stream.epochs_done == 1.0
+    second = stream.take(4)
+    assert second != first[:4] and len(set(second)) == 4  # a fresh shuffle per epoch
+    resumed = TaskStream([f"t{i}" for i in range(10)], seed=3, position=12)
+    assert resumed.take(2) == second[2:]
+
+
+def test_config_from_yaml_and_errors(tmp_path):
+    path = tmp_path / "rsft.yaml"
+    path.write_text("batch_tasks: 32\nlearning_rate: 5.0e-5\nlora: true\n")
+    config = RSFTConfig.from_yaml(path)
+    assert (config.batch_tasks, config.learning_rate, config.lora) == (32, 5e-5, True)
+    assert RSFTConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match="unknown RSFT option"):
+        RSFTConfig.from_dict({"batch": 3})
+    with pytest.raises(ValueError, match="learning_rate"):
+        RSFTConfig.from_dict({"learning_rate": 2.0})
+
+
+def test_phase_length_in_epochs(fresh_model_dir):
+    r = rsft(fresh_model_dir, batch_tasks=64)
+    n_train = len(r.stream.task_ids)
+    assert r.steps_for(1.0) == round(n_train / 64)
+    assert r.steps_for(0.0001) == 1

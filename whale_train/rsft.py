@@ -1,0 +1,457 @@
+"""The weight phase: online rejection-sampling fine-tuning (RSFT) under the current harness.
+
+One RSFT step: take the next ``batch_tasks`` tasks of an epoch-ordered stream over the ``train``
+split, roll out ``samples`` episodes each under the current harness, keep the trajectories whose
+reward passes ``reward_threshold``, turn every model call in them into a prompt-completion example on
+the *exact token ids that were sampled*, and fine-tune with TRL's ``SFTTrainer`` (completion-only
+loss). The model is trained in place, so the rollout backend (transformers) sees the new weights at
+once; a vLLM backend gets them through ``load_weights`` (no round trip through disk).
+
+A step with no accepted trajectory is a logged no-op: the weights and the version stay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import random
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import yaml
+
+from harnesses.loader import HarnessRef
+from whale_train.rollout import LLMCall, RolloutConfig, Trajectory, run_rollouts, summarize
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RSFTConfig:
+    """Options of the weight operator.
+
+    Attributes:
+        batch_tasks: tasks per step (B).
+        samples: rollouts per task (k).
+        reward_threshold: a trajectory is accepted when its reward is at least this (1.0 = solved).
+        per_task_cap: at most this many accepted trajectories per task (None = all).
+        dedup: drop repeated (prompt, completion) examples within a step.
+        require_stop: keep only completions that ended by themselves (end-of-sequence or a stop
+            string), not cut at ``max_tokens``.
+        learning_rate: AdamW learning rate (CALIBRATION: ~1e-4 on the tiny model; >2e-4 collapses).
+        epochs: passes over a step's examples.
+        train_batch_size: examples per optimizer step.
+        max_grad_norm: gradient clipping.
+        weight_decay: AdamW weight decay.
+        keep_optimizer: keep one AdamW state across steps (as in the calibration runs).
+        lora: train LoRA adapters (PEFT) instead of all weights; ``lora_r`` / ``lora_alpha`` / ``lora_dropout``.
+        bf16: bf16 autocast for training (on by default on CUDA, off on CPU).
+        gradient_checkpointing: trade compute for memory (off: the tiny model does not need it).
+        max_length: longest training sequence (longer examples are dropped, not cut).
+        concurrency: episodes in flight while sampling.
+        save_checkpoints: save every model version with ``save_pretrained``.
+        seed: task-stream order, sampling and training seed.
+    """
+
+    batch_tasks: int = 64
+    samples: int = 8
+    reward_threshold: float = 1.0
+    per_task_cap: int | None = None
+    dedup: bool = True
+    require_stop: bool = True
+    learning_rate: float = 1e-4
+    epochs: int = 1
+    train_batch_size: int = 16
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    keep_optimizer: bool = True
+    lora: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    bf16: bool | None = None
+    gradient_checkpointing: bool = False
+    max_length: int = 2048
+    concurrency: int = 128
+    save_checkpoints: bool = True
+    seed: int = 0
+
+    def validate(self) -> None:
+        for name in ("batch_tasks", "samples", "epochs", "train_batch_size", "max_length", "concurrency"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RSFTConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.learning_rate < 1:
+            raise ValueError(f"RSFTConfig.learning_rate must be in (0, 1), got {self.learning_rate}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RSFTConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown RSFT option(s) {unknown}; known: {sorted(names)}")
+        config = cls(**data)
+        config.validate()
+        return config
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> RSFTConfig:
+        return cls.from_dict(yaml.safe_load(Path(path).read_text()) or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ------------------------------------------------------------------------------------------ data
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training example: the exact ids the model saw (prompt) and produced (completion)."""
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    task_id: str
+
+    def row(self) -> dict[str, list[int]]:
+        ids = list(self.prompt_ids) + list(self.completion_ids)
+        return {
+            "input_ids": ids,
+            "completion_mask": [0] * len(self.prompt_ids) + [1] * len(self.completion_ids),
+        }
+
+
+def accept(trajs: list[Trajectory], config: RSFTConfig) -> list[Trajectory]:
+    """The trajectories whose reward passes the threshold, at most ``per_task_cap`` per task."""
+    kept: list[Trajectory] = []
+    per_task: dict[str, int] = {}
+    for t in trajs:
+        if t.reward < config.reward_threshold or t.error:
+            continue
+        if config.per_task_cap is not None and per_task.get(t.task_id, 0) >= config.per_task_cap:
+            continue
+        per_task[t.task_id] = per_task.get(t.task_id, 0) + 1
+        kept.append(t)
+    return kept
+
+
+def examples_from(trajs: list[Trajectory], config: RSFTConfig, tokenizer: Any) -> list[Example]:
+    """Every trainable call of the accepted trajectories as an example on its sampled token ids.
+
+    ``sample`` calls train on their completion ids as generated; ``choice`` calls on the chosen option's
+    ids plus the end-of-turn token (``<|im_end|>`` after a chat prompt, else end-of-sequence), so the
+    model learns to stop after it. A call without token ids (a remote backend that does not return them)
+    is re-tokenized from its text.
+    """
+    out: list[Example] = []
+    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    for t in trajs:
+        for call in t.calls:
+            ex = _example(call, t.task_id, tokenizer, config)
+            if ex is None:
+                continue
+            key = (ex.prompt_ids, ex.completion_ids)
+            if config.dedup and key in seen:
+                continue
+            seen.add(key)
+            out.append(ex)
+    return out
+
+
+def _example(call: LLMCall, task_id: str, tokenizer: Any, config: RSFTConfig) -> Example | None:
+    if call.kind not in ("sample", "choice"):
+        return None
+    if call.kind == "sample" and config.require_stop and call.finish_reason != "stop":
+        return None
+    prompt = call.prompt_ids
+    completion = call.completion_ids
+    if prompt is None:
+        prompt = tokenizer(call.prompt_text, add_special_tokens=False)["input_ids"]
+    if completion is None:
+        completion = tokenizer(call.completion, add_special_tokens=False)["input_ids"]
+    completion = list(completion)
+    end_id = _end_id(tokenizer, chat=not isinstance(call.prompt, str))
+    if call.kind == "choice" and end_id is not None and (not completion or completion[-1] != end_id):
+        completion.append(end_id)
+    if not completion or len(prompt) + len(completion) > config.max_length:
+        return None
+    return Example(tuple(prompt), tuple(completion), task_id)
+
+
+class TaskStream:
+    """An epoch-ordered stream over task ids: each epoch is a fresh seeded shuffle. ``position`` counts
+    the tasks handed out so far, so a stream can be resumed exactly (``TaskStream(ids, seed, position)``)."""
+
+    def __init__(self, task_ids: list[str], seed: int = 0, position: int = 0):
+        if not task_ids:
+            raise ValueError("the task stream needs at least one task")
+        self.task_ids = list(task_ids)
+        self.seed = seed
+        self.position = position
+
+    def _epoch(self, epoch: int) -> list[str]:
+        order = list(self.task_ids)
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def take(self, n: int) -> list[str]:
+        out = []
+        for _ in range(n):
+            epoch, i = divmod(self.position, len(self.task_ids))
+            out.append(self._epoch(epoch)[i])
+            self.position += 1
+        return out
+
+    @property
+    def epochs_done(self) -> float:
+        return self.position / len(self.task_ids)
+
+
+# ------------------------------------------------------------------------------------------ training
+
+
+@dataclass
+class StepReport:
+    """What one RSFT step did (the signals the trainer logs)."""
+
+    step: int
+    model_version: int
+    tasks: int
+    rollouts: int
+    train_reward: float
+    pass_at_k: float
+    accepted: int
+    examples: int
+    train_tokens: int
+    loss: float | None
+    sample_seconds: float
+    train_seconds: float
+    epochs_done: float
+    updated: bool
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Trainer:
+    """Fine-tunes a transformers model in place on examples, with TRL's ``SFTTrainer``."""
+
+    def __init__(self, model: Any, tokenizer: Any, config: RSFTConfig):
+        import torch
+
+        self.config = config
+        self.tokenizer = tokenizer
+        self.model = model
+        if config.lora:
+            from peft import LoraConfig, get_peft_model
+
+            lora = LoraConfig(
+                r=config.lora_r,
+                lora_alpha=config.lora_alpha,
+                lora_dropout=config.lora_dropout,
+                task_type="CAUSAL_LM",
+            )
+            self.model = get_peft_model(model, lora)
+        self.bf16 = config.bf16 if config.bf16 is not None else torch.cuda.is_available()
+        self.optimizer = None
+        self._scratch = tempfile.TemporaryDirectory(prefix="whale-rsft-")
+
+    def train(self, examples: list[Example]) -> tuple[float, int]:
+        """One fine-tuning pass; returns (mean training loss, completion tokens trained on)."""
+        import datasets
+        import torch
+        from transformers.trainer_callback import PrinterCallback
+        from trl import SFTConfig, SFTTrainer
+
+        datasets.disable_progress_bars()
+        cfg = self.config
+        rows = [ex.row() for ex in examples]
+        args = SFTConfig(
+            output_dir=self._scratch.name,
+            learning_rate=cfg.learning_rate,
+            num_train_epochs=cfg.epochs,
+            per_device_train_batch_size=cfg.train_batch_size,
+            gradient_accumulation_steps=1,
+            max_grad_norm=cfg.max_grad_norm,
+            weight_decay=cfg.weight_decay,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            completion_only_loss=True,
+            max_length=cfg.max_length,
+            packing=False,
+            bf16=self.bf16,
+            activation_checkpointing=cfg.gradient_checkpointing,  # transformers 5 name of gradient checkpointing
+            report_to="none",
+            save_strategy="no",
+            logging_strategy="no",
+            eval_strategy="no",
+            disable_tqdm=True,
+            optim="adamw_torch",
+            seed=cfg.seed,
+            data_seed=cfg.seed,
+            use_cpu=not torch.cuda.is_available(),
+            dataloader_num_workers=0,
+            dataset_num_proc=None,
+        )
+        optimizers = (self.optimizer, None) if self.optimizer is not None else (None, None)
+        trainer = SFTTrainer(
+            model=self.model,
+            args=args,
+            train_dataset=datasets.Dataset.from_list(rows),
+            processing_class=self.tokenizer,
+            optimizers=optimizers,
+        )
+        trainer.remove_callback(PrinterCallback)  # the step report carries the loss
+        self.last_dataset = trainer.train_dataset
+        self.model.train()
+        result = trainer.train()
+        self.model.eval()
+        if cfg.keep_optimizer:
+            self.optimizer = trainer.optimizer
+        tokens = sum(len(ex.completion_ids) for ex in examples)
+        return float(result.training_loss), tokens
+
+
+class RSFT:
+    """The weight operator: ``step()`` runs one RSFT step, ``phase(n_steps)`` several.
+
+    Args:
+        llm: the rollout backend. A ``TransformersLLM`` is trained in place; any backend with a
+            ``load_weights(named_tensors)`` method (vLLM) gets the weights of ``train_model`` after each step.
+        harness: the current harness (``HarnessRef``); the trainer swaps it between phases.
+        env_id, env_kwargs: the env and its task source; the stream runs over the ``train`` split.
+        checkpoint_dir: where model versions are saved (``<dir>/<version>/``), if ``save_checkpoints``.
+    """
+
+    def __init__(
+        self,
+        config: RSFTConfig,
+        llm: Any,
+        harness: HarnessRef,
+        env_id: str,
+        env_kwargs: dict[str, Any] | None = None,
+        *,
+        checkpoint_dir: str | Path | None = None,
+        train_model: Any | None = None,
+        stream_position: int = 0,
+    ):
+        config.validate()
+        self.config = config
+        self.llm = llm
+        self.harness = harness
+        self.env_id = env_id
+        self.env_kwargs = {k: v for k, v in (env_kwargs or {}).items() if k != "split"}
+        env = gym.make(env_id, split="train", **self.env_kwargs).unwrapped
+        self.stream = TaskStream(env.task_ids, seed=config.seed, position=stream_position)
+        model = train_model if train_model is not None else llm.model
+        self.tokenizer = getattr(llm, "tokenizer", None)
+        self.trainer = Trainer(model, self.tokenizer, config)
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.steps_done = 0
+
+    @property
+    def steps_per_epoch(self) -> float:
+        return len(self.stream.task_ids) / self.config.batch_tasks
+
+    def steps_for(self, epochs: float) -> int:
+        """Steps in ``epochs`` (a fraction of an epoch of the ``train`` split), at least one."""
+        return max(1, round(epochs * self.steps_per_epoch))
+
+    def step(self) -> StepReport:
+        cfg = self.config
+        tasks = self.stream.take(cfg.batch_tasks)
+        start = time.monotonic()
+        rollout = RolloutConfig(
+            k=cfg.samples,
+            seed=cfg.seed * 100_003 + self.steps_done,
+            concurrency=cfg.concurrency,
+            trusted=self.harness.shipped,
+        )
+        trajs = run_rollouts(
+            self.harness,
+            self.env_id,
+            self.llm,
+            tasks,
+            env_kwargs={"split": "train", **self.env_kwargs},
+            config=rollout,
+        )
+        sample_seconds = time.monotonic() - start
+        summary = summarize(trajs)
+        accepted = accept(trajs, cfg)
+        examples = examples_from(accepted, cfg, self.tokenizer)
+        self.last_examples = examples
+        loss, tokens, train_seconds = None, 0, 0.0
+        if examples:
+            start = time.monotonic()
+            loss, tokens = self.trainer.train(examples)
+            self._publish()
+            train_seconds = time.monotonic() - start
+        else:
+            log.info("RSFT step %d: no accepted trajectory, no update", self.steps_done)
+        report = StepReport(
+            step=self.steps_done,
+            model_version=int(getattr(self.llm, "version", 0)),
+            tasks=len(tasks),
+            rollouts=len(trajs),
+            train_reward=summary["mean"],
+            pass_at_k=summary["pass_at_k"],
+            accepted=len(accepted),
+            examples=len(examples),
+            train_tokens=tokens,
+            loss=loss,
+            sample_seconds=round(sample_seconds, 3),
+            train_seconds=round(train_seconds, 3),
+            epochs_done=round(self.stream.epochs_done, 4),
+            updated=bool(examples),
+            failures=summary["failures"],
+        )
+        self.steps_done += 1
+        return report
+
+    def _publish(self) -> None:
+        """Hand the new weights to the rollout backend and save the version."""
+        if hasattr(self.llm, "load_weights"):
+            self.llm.load_weights(self.trainer.model.named_parameters())
+        else:  # transformers: the same module was trained in place
+            self.llm.version = int(getattr(self.llm, "version", 0)) + 1
+        if self.config.save_checkpoints and self.checkpoint_dir is not None:
+            self.save(self.checkpoint_dir / str(self.llm.version))
+
+    def save(self, path: Path) -> Path:
+        """``save_pretrained`` the current weights (with LoRA: the adapter, in PEFT's format)."""
+        path.mkdir(parents=True, exist_ok=True)
+        self.trainer.model.save_pretrained(path)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(path)
+        return path
+
+    def phase(self, steps: int, on_step=None) -> list[StepReport]:
+        reports = []
+        for _ in range(steps):
+            report = self.step()
+            reports.append(report)
+            if on_step is not None:
+                on_step(report)
+        return reports
+
+
+def _end_id(tokenizer: Any, chat: bool) -> int | None:
+    if tokenizer is None:
+        return None
+    if chat:
+        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end >= 0 and im_end != getattr(tokenizer, "unk_token_id", None):
+            return im_end
+    return tokenizer.eos_token_id
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    return mean, math.sqrt(var / n)
