@@ -258,7 +258,9 @@ class Trainer:
             )
             self.model = get_peft_model(model, lora)
         self.bf16 = config.bf16 if config.bf16 is not None else torch.cuda.is_available()
-        self.optimizer = None
+        # One AdamW for the whole run (``keep_optimizer``), so its state can be saved and resumed.
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
         self._scratch = tempfile.TemporaryDirectory(prefix="whale-rsft-")
 
     def train(self, examples: list[Example]) -> tuple[float, int]:
@@ -298,7 +300,7 @@ class Trainer:
             dataloader_num_workers=0,
             dataset_num_proc=None,
         )
-        optimizers = (self.optimizer, None) if self.optimizer is not None else (None, None)
+        optimizers = (self.optimizer, None) if cfg.keep_optimizer else (None, None)
         trainer = SFTTrainer(
             model=self.model,
             args=args,
@@ -311,8 +313,6 @@ class Trainer:
         self.model.train()
         result = trainer.train()
         self.model.eval()
-        if cfg.keep_optimizer:
-            self.optimizer = trainer.optimizer
         tokens = sum(len(ex.completion_ids) for ex in examples)
         return float(result.training_loss), tokens
 
@@ -423,12 +423,36 @@ class RSFT:
             self.save(self.checkpoint_dir / str(self.llm.version))
 
     def save(self, path: Path) -> Path:
-        """``save_pretrained`` the current weights (with LoRA: the adapter, in PEFT's format)."""
+        """``save_pretrained`` the current weights (with LoRA: the adapter, in PEFT's format), plus the
+        optimizer state and the stream position, so a run can resume from here exactly."""
+        import torch
+
         path.mkdir(parents=True, exist_ok=True)
         self.trainer.model.save_pretrained(path)
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(path)
+        torch.save(
+            {"optimizer": self.trainer.optimizer.state_dict(), "steps_done": self.steps_done, "stream": self.stream.position},
+            path / "rsft_state.pt",
+        )
         return path
+
+    def restore(self, path: Path) -> None:
+        """Load the weights, optimizer state and stream position saved by ``save`` (in place)."""
+        import torch
+        from safetensors.torch import load_file
+
+        weights = sorted(Path(path).glob("*.safetensors"))
+        state = {}
+        for w in weights:
+            state.update(load_file(str(w)))
+        missing, unexpected = self.trainer.model.load_state_dict(state, strict=False)
+        if unexpected or any(not k.endswith("lm_head.weight") for k in missing):
+            raise ValueError(f"checkpoint {path} does not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+        extra = torch.load(Path(path) / "rsft_state.pt", weights_only=False)
+        self.trainer.optimizer.load_state_dict(extra["optimizer"])
+        self.steps_done = int(extra["steps_done"])
+        self.stream.position = int(extra["stream"])
 
     def phase(self, steps: int, on_step=None) -> list[StepReport]:
         reports = []
