@@ -1,0 +1,260 @@
+"""When to switch between the weight phase and the harness phase: the methods as schedule policies.
+
+The trainer works in *units*: one RSFT step (weight phase) or one harness iteration (harness phase).
+Before every unit it asks the schedule ``decide(state)`` and gets ``weight``, ``harness`` or ``stop``
+with a reason that names the signal and its values; a switch is logged with that reason.
+
+=============  =============================================================================================
+method         policy
+=============  =============================================================================================
+weight-only    RSFT steps under the fixed seed harness until the budget is spent
+harness-only   harness iterations under the fixed model until the budget is spent
+whale          fixed phase lengths ``(E, I)``: E epochs of RSFT steps, then I harness iterations, where the
+               first iteration of a harness phase is the re-scoring of the incoming harness (as in the paper)
+adaptive       a weight phase runs at least ``min_weight_epochs``, then ends once the training reward
+               averaged over a sliding ``window`` has not improved for ``patience`` steps; a harness phase
+               runs at least ``min_iterations``, ends after ``iteration_patience`` iterations without a new
+               best, and at ``max_iterations``
+stagewise      all the weight budget first (``stagewise_weight_share`` of the rollouts), then harness search
+fst            Fast-Slow Training: short fixed phases, with a prompt-only harness search
+=============  =============================================================================================
+
+Every policy stops when the next unit would overspend the rollout budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+METHODS = ("whale", "adaptive", "weight-only", "harness-only", "stagewise", "fst")
+
+
+@dataclass
+class Decision:
+    action: str  # "weight" | "harness" | "stop"
+    reason: str
+
+
+@dataclass
+class RunState:
+    """What the schedule sees. Updated by the trainer after every unit; saved for resume."""
+
+    budget: int
+    rollouts: int = 0
+    phase: str = ""  # the phase of the last unit ("" before the first)
+    phase_units: int = 0  # units done in the current phase
+    phases: int = 0  # phases started so far
+    weight_step_cost: int = 0  # rollouts of one RSFT step
+    harness_iteration_cost: int = 0  # rollouts of one harness iteration (an estimate for the budget check)
+    steps_per_epoch: float = 1.0
+    train_rewards: list[float] = field(default_factory=list)  # this weight phase, one per step
+    harness_improved: list[bool] = field(default_factory=list)  # this harness phase: a new best?
+    weight_rollouts: int = 0  # all weight-phase rollouts so far
+
+    def start_phase(self, phase: str) -> None:
+        self.phase, self.phase_units, self.phases = phase, 0, self.phases + 1
+        self.train_rewards, self.harness_improved = [], []
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Schedule(Protocol):
+    def decide(self, state: RunState) -> Decision: ...
+
+
+@dataclass
+class ScheduleConfig:
+    """Phase lengths and adaptive thresholds (paper defaults).
+
+    Attributes:
+        weight_epochs: E, the length of a weight phase in epochs of the ``train`` split.
+        harness_iterations: I, harness iterations per phase, the re-scoring of the incoming harness included.
+        min_weight_epochs, window, patience: the adaptive weight-phase rule.
+        min_iterations, iteration_patience, max_iterations: the adaptive harness-phase rule.
+        stagewise_weight_share: the share of the budget stagewise spends on weights before searching.
+        fst_weight_epochs, fst_iterations: FST's short phases.
+    """
+
+    weight_epochs: float = 0.6
+    harness_iterations: int = 6
+    min_weight_epochs: float = 0.2
+    window: int = 3
+    patience: int = 2
+    min_iterations: int = 5
+    iteration_patience: int = 2
+    max_iterations: int = 15
+    stagewise_weight_share: float = 0.5
+    fst_weight_epochs: float = 0.1
+    fst_iterations: int = 2
+
+    def validate(self) -> None:
+        if self.weight_epochs <= 0 or self.harness_iterations < 1:
+            raise ValueError("weight_epochs must be > 0 and harness_iterations >= 1")
+        if not 0 < self.stagewise_weight_share < 1:
+            raise ValueError("stagewise_weight_share must be in (0, 1)")
+        if self.min_iterations > self.max_iterations:
+            raise ValueError("min_iterations must not exceed max_iterations")
+
+
+def _affordable(state: RunState, action: str) -> bool:
+    cost = state.weight_step_cost if action == "weight" else state.harness_iteration_cost
+    return state.rollouts + cost <= state.budget
+
+
+def _budget_stop(state: RunState, action: str) -> Decision:
+    return Decision(
+        "stop",
+        f"budget: {state.rollouts} of {state.budget} rollouts spent, the next {action} unit would overspend",
+    )
+
+
+class WeightOnly:
+    def decide(self, state: RunState) -> Decision:
+        if not _affordable(state, "weight"):
+            return _budget_stop(state, "weight")
+        return Decision("weight", "weight-only: always train the weights")
+
+
+class HarnessOnly:
+    def decide(self, state: RunState) -> Decision:
+        if not _affordable(state, "harness"):
+            return _budget_stop(state, "harness")
+        return Decision("harness", "harness-only: always search harnesses")
+
+
+class Fixed:
+    """``(E, I)``: E epochs of weights, then I harness iterations, repeated. Starts with weights."""
+
+    def __init__(self, weight_epochs: float, harness_iterations: int):
+        self.weight_epochs = weight_epochs
+        self.harness_iterations = harness_iterations
+
+    def weight_steps(self, state: RunState) -> int:
+        return max(1, round(self.weight_epochs * state.steps_per_epoch))
+
+    def decide(self, state: RunState) -> Decision:
+        if state.phase in ("", "harness"):
+            if state.phase == "harness" and state.phase_units < self.harness_iterations:
+                action, reason = (
+                    "harness",
+                    f"harness phase: iteration {state.phase_units + 1} of I={self.harness_iterations}",
+                )
+            else:
+                n = self.weight_steps(state)
+                why = (
+                    "start"
+                    if not state.phase
+                    else f"harness phase done: {state.phase_units} of I={self.harness_iterations} iterations"
+                )
+                action, reason = "weight", f"{why}; weight phase of E={self.weight_epochs} epochs = {n} steps"
+        elif state.phase_units < self.weight_steps(state):
+            action, reason = (
+                "weight",
+                f"weight phase: step {state.phase_units + 1} of {self.weight_steps(state)}",
+            )
+        else:
+            action = "harness"
+            reason = (
+                f"weight phase done: {state.phase_units} steps = E={self.weight_epochs} epochs; "
+                f"harness phase of I={self.harness_iterations} iterations (the first re-scores the incumbent)"
+            )
+        if not _affordable(state, action):
+            return _budget_stop(state, action)
+        return Decision(action, reason)
+
+
+class Adaptive:
+    """Phase ends driven by the signals (see the module docstring)."""
+
+    def __init__(self, config: ScheduleConfig):
+        self.c = config
+
+    def _weight_done(self, state: RunState) -> tuple[bool, str]:
+        min_steps = max(1, round(self.c.min_weight_epochs * state.steps_per_epoch))
+        steps = state.phase_units
+        if steps < min_steps:
+            return (
+                False,
+                f"weight phase: step {steps + 1}, minimum {min_steps} steps ({self.c.min_weight_epochs} epochs)",
+            )
+        r, w = state.train_rewards, self.c.window
+        averages = [sum(r[i - w + 1 : i + 1]) / w for i in range(w - 1, len(r))]
+        if len(averages) <= self.c.patience:
+            return False, f"weight phase: step {steps + 1}, {len(averages)} window averages so far"
+        best_before = max(averages[: -self.c.patience])
+        recent = averages[-self.c.patience :]
+        if max(recent) <= best_before:
+            return True, (
+                f"train reward stopped improving: window-{w} averages {[round(a, 3) for a in recent]} over the last "
+                f"{self.c.patience} steps <= earlier best {best_before:.3f}"
+            )
+        return (
+            False,
+            f"weight phase: step {steps + 1}, train reward still improving (window average {averages[-1]:.3f})",
+        )
+
+    def _harness_done(self, state: RunState) -> tuple[bool, str]:
+        n = state.phase_units
+        if n < self.c.min_iterations:
+            return False, f"harness phase: iteration {n + 1}, minimum {self.c.min_iterations}"
+        if n >= self.c.max_iterations:
+            return True, f"harness phase: the maximum of {self.c.max_iterations} iterations reached"
+        recent = state.harness_improved[-self.c.iteration_patience :]
+        if len(recent) == self.c.iteration_patience and not any(recent):
+            return (
+                True,
+                f"no new best harness in the last {self.c.iteration_patience} iterations ({n} iterations run)",
+            )
+        return (
+            False,
+            f"harness phase: iteration {n + 1}, a new best within the last {self.c.iteration_patience}",
+        )
+
+    def decide(self, state: RunState) -> Decision:
+        if state.phase == "":
+            action, reason = "weight", "start with a weight phase"
+        elif state.phase == "weight":
+            done, why = self._weight_done(state)
+            action, reason = ("harness", why) if done else ("weight", why)
+        else:
+            done, why = self._harness_done(state)
+            action, reason = ("weight", why) if done else ("harness", why)
+        if not _affordable(state, action):
+            return _budget_stop(state, action)
+        return Decision(action, reason)
+
+
+class Stagewise:
+    """All weight steps first (until ``share`` of the budget), then harness search until the end."""
+
+    def __init__(self, share: float):
+        self.share = share
+
+    def decide(self, state: RunState) -> Decision:
+        weight_budget = int(self.share * state.budget)
+        if state.phase in ("", "weight") and state.weight_rollouts + state.weight_step_cost <= weight_budget:
+            return Decision(
+                "weight", f"stagewise: weight stage, {state.weight_rollouts} of {weight_budget} rollouts"
+            )
+        if not _affordable(state, "harness"):
+            return _budget_stop(state, "harness")
+        return Decision("harness", f"stagewise: harness stage after {state.weight_rollouts} weight rollouts")
+
+
+def make_schedule(method: str, config: ScheduleConfig) -> Schedule:
+    config.validate()
+    if method == "weight-only":
+        return WeightOnly()
+    if method == "harness-only":
+        return HarnessOnly()
+    if method == "whale":
+        return Fixed(config.weight_epochs, config.harness_iterations)
+    if method == "fst":
+        return Fixed(config.fst_weight_epochs, config.fst_iterations)
+    if method == "adaptive":
+        return Adaptive(config)
+    if method == "stagewise":
+        return Stagewise(config.stagewise_weight_share)
+    raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
