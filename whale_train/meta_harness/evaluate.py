@@ -1,0 +1,159 @@
+"""Checking and scoring candidates, and the trace statistics proposers read.
+
+``validate`` runs the gates a candidate must pass before any model rollout is spent on it: the AST
+rules (``harnesses.validate``), the prompt-only rule when asked, and ``check_harness`` with null models
+on a few ``train`` tasks (those episodes use no model and are reported apart, never charged).
+``score`` rolls a candidate out on the search's ``harness``-split tasks and returns the eval record
+stored in the archive.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from harnesses.check import check_harness
+from harnesses.loader import HarnessRef, harness_from_source
+from harnesses.validate import HarnessValidationError
+from whale_train.meta_harness.config import MetaHarnessConfig
+from whale_train.meta_harness.prompt_only import prompt_only_violation
+from whale_train.rollout import EpisodeLimits, RolloutConfig, Trajectory, run_rollouts, summarize
+
+
+@dataclass
+class Validation:
+    ok: bool
+    reason: str | None = None
+    check: dict[str, Any] = field(default_factory=dict)
+    check_episodes: int = 0
+
+    def to_meta(self) -> dict[str, Any]:
+        return {
+            "status": "valid" if self.ok else "invalid",
+            "reason": self.reason,
+            "check": self.check,
+            "check_episodes": self.check_episodes,
+        }
+
+
+def validate(
+    source: str,
+    name: str,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    config: MetaHarnessConfig,
+    seed_source: str | None = None,
+) -> Validation:
+    """AST rules, then (prompt-only mode) the comparison with the seed, then ``check_harness``."""
+    try:
+        ref = harness_from_source(source, name)
+    except HarnessValidationError as exc:
+        return Validation(False, f"validation: {exc}")
+    if config.prompt_only and seed_source is not None:
+        why = prompt_only_violation(seed_source, source)
+        if why:
+            return Validation(False, f"prompt-only: {why}")
+    kwargs = {k: v for k, v in env_kwargs.items() if k != "split"}
+    report = check_harness(
+        ref,
+        env_id,
+        env_kwargs=kwargs,
+        n_tasks=config.check_tasks,
+        seed=config.seed,
+        harness_seconds=min(10.0, config.harness_seconds),
+    )
+    check = {"chance": report.chance, "null_scores": report.null_scores, "problems": report.problems}
+    if not report.ok:
+        return Validation(False, "check_harness: " + "; ".join(report.problems), check, report.episodes)
+    return Validation(True, None, check, report.episodes)
+
+
+def rollout_config(config: MetaHarnessConfig) -> RolloutConfig:
+    limits = EpisodeLimits(
+        max_llm_calls=config.max_llm_calls,
+        max_tokens=config.max_tokens,
+        harness_seconds=config.harness_seconds,
+    )
+    return RolloutConfig(
+        k=config.rollouts_per_task,
+        seed=config.seed,
+        concurrency=config.concurrency,
+        limits=limits,
+        trusted=False,
+    )
+
+
+def score(
+    ref: HarnessRef,
+    env_id: str,
+    llm: Any,
+    task_ids: list[str],
+    env_kwargs: dict[str, Any],
+    config: MetaHarnessConfig,
+    origin: dict[str, Any],
+) -> tuple[dict[str, Any], list[Trajectory]]:
+    """Roll ``ref`` out on ``task_ids`` (``harness`` split); return (eval record, trajectories)."""
+    start = time.monotonic()
+    trajs = run_rollouts(
+        ref,
+        env_id,
+        llm,
+        task_ids,
+        env_kwargs={**env_kwargs, "split": "harness"},
+        config=rollout_config(config),
+    )
+    return eval_record(trajs, origin, time.monotonic() - start), trajs
+
+
+def eval_record(trajs: list[Trajectory], origin: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
+    s = summarize(trajs)
+    episodes = max(1, len(trajs))
+    return {
+        "model_version": trajs[0].model_version if trajs else 0,
+        "origin": origin,
+        "tasks": s["tasks"],
+        "rollouts": len(trajs),
+        "mean": s["mean"],
+        "se": s["se"],
+        "per_task": s["per_task"],
+        "failures": s["failures"],
+        "llm_calls": s["llm_calls"],
+        "prompt_tokens": s["prompt_tokens"],
+        "completion_tokens": s["completion_tokens"],
+        "calls_per_episode": s["llm_calls"] / episodes,
+        "tokens_per_episode": (s["prompt_tokens"] + s["completion_tokens"]) / episodes,
+        "stats": trace_stats(trajs),
+        "wall_seconds": round(wall_seconds, 2),
+    }
+
+
+def trace_stats(trajs: list[Trajectory]) -> dict[str, float]:
+    """Failure signals in [0, 1] that proposers act on.
+
+    ``parse``: unsolved episodes that ended on a malformed action, plus the share of env steps the env
+    rejected as malformed; ``illegal``: the same for illegal actions; ``wrong``: episodes that ended
+    with a wrong answer; ``tool``: tool errors; ``incomplete``: episodes the harness gave up or that ran
+    out of turns; ``crash``: harness errors and timeouts; ``truncated``: share of sampled completions
+    cut by ``max_tokens``; ``missed``: unsolved episodes where the answer never appeared in what the
+    env showed (search QA: a retrieval failure, not a reading one); ``solved``: the success rate.
+    """
+    n = max(1, len(trajs))
+    fail = Counter(t.failure for t in trajs)
+    steps = [s for t in trajs for s in t.steps]
+    kinds = Counter(s.error_kind for s in steps if s.error_kind)
+    n_steps = max(1, len(steps))
+    sampled = [c for t in trajs for c in t.calls if c.kind == "sample"]
+    truncated = sum(c.finish_reason == "length" for c in sampled) / max(1, len(sampled))
+    return {
+        "solved": sum(t.solved for t in trajs) / n,
+        "parse": min(1.0, fail["parse_error"] / n + kinds["malformed"] / n_steps),
+        "illegal": min(1.0, fail["illegal_action"] / n + kinds["illegal"] / n_steps),
+        "wrong": fail["wrong_answer"] / n,
+        "tool": min(1.0, fail["tool_error"] / n + kinds["tool"] / n_steps),
+        "incomplete": (fail["incomplete"] + fail["out_of_turns"]) / n,
+        "crash": (fail["harness_error"] + fail["timeout"]) / n,
+        "truncated": truncated,
+        "missed": sum(not t.solved and t.final_info.get("answer_retrieved") is False for t in trajs) / n,
+    }

@@ -1,0 +1,328 @@
+"""Chess-puzzle mechanisms: how the position is shown, in which notation the model answers, the answer
+format and its parser, how the move is picked (free generation, likelihood choice among the legal moves,
+a vote), an instruction hint, retries with the env's feedback, and memory of solved puzzles.
+
+No mechanism knows chess: moves come from the model (or its likelihoods) and the env's legal-move list.
+"""
+
+from __future__ import annotations
+
+import re
+
+from whale_train.meta_harness.library import (
+    Choice,
+    Constant,
+    DomainLibrary,
+    Genome,
+    class_header,
+    join_methods,
+    method,
+    py,
+    string_list,
+)
+from whale_train.rollout import Trajectory
+
+SLOTS = {
+    "observation": {
+        "full": Choice("goal, opponent's last move, board, FEN and the legal moves (h0)"),
+        "env_text": Choice("the env's own observation text, worded as the env words it", {"parse": 0.3}),
+        "compact": Choice("goal, FEN and the legal moves only (a shorter context)", {"wrong": 0.2}),
+        "board": Choice("goal, board diagram and the legal moves, no FEN", {"wrong": 0.2}),
+    },
+    "notation": {
+        "uci": Choice("moves listed and answered in UCI (h0)"),
+        "san": Choice("moves listed and answered in SAN", {"illegal": 0.3, "parse": 0.2}),
+    },
+    "output": {
+        "tag": Choice("the move inside <move></move> tags (h0)"),
+        "bare": Choice("the move alone on one line", {"parse": 0.5, "truncated": 0.5}),
+        "lenient": Choice(
+            "<move></move> asked for; any legal move named in the reply accepted",
+            {"parse": 1.0, "illegal": 0.4},
+        ),
+    },
+    "action": {
+        "generate": Choice("the model writes the move (h0)"),
+        "choose": Choice(
+            "the legal move whose answer the model finds most likely: never illegal nor unparseable",
+            {"illegal": 1.2, "parse": 1.0, "incomplete": 0.5},
+        ),
+        "vote": Choice(
+            "self-consistency: the most frequent legal move among several samples, likelihood choice if none",
+            {"wrong": 0.6, "illegal": 0.8, "parse": 0.6},
+        ),
+        "generate_choose": Choice(
+            "the model writes the move; when it is not legal, likelihood choice among the legal moves",
+            {"illegal": 1.0, "parse": 0.8},
+        ),
+    },
+    "hint": {
+        "none": Choice("no hint (h0)"),
+        "checks": Choice("a hint: look at checks first, a mate is a check with no escape", {"wrong": 0.4}),
+        "legal_only": Choice("a hint: only a move from the list is accepted", {"illegal": 0.4}),
+    },
+    "memory": {
+        "none": Choice("no examples (h0)"),
+        "examples": Choice(
+            "solved puzzles from the archive's traces shown before the puzzle", {"wrong": 0.3}
+        ),
+    },
+}
+
+CONSTANTS = {
+    "temperature": Constant(
+        (1.0, 0.7, 0.4, 0.0),
+        "sampling temperature",
+        {"wrong": 0.3, "illegal": 0.3, "parse": 0.2},
+        lambda g: g["slots"]["action"] != "choose",
+    ),
+    "samples": Constant(
+        (4, 8, 16), "samples per vote", {"wrong": 0.3}, lambda g: g["slots"]["action"] == "vote"
+    ),
+    "format_retries": Constant(
+        (0, 1, 2),
+        "retries after an unparseable answer",
+        {"parse": 0.4},
+        lambda g: g["slots"]["action"] == "generate",
+    ),
+    "illegal_retries": Constant(
+        (0, 1, 2, 3),
+        "retries after an illegal move, with the env's message",
+        {"illegal": 0.4, "incomplete": 0.5},
+        lambda g: g["slots"]["action"] in ("generate", "vote"),
+    ),
+}
+
+H0: Genome = {
+    "domain": "chess",
+    "slots": {
+        "observation": "full",
+        "notation": "uci",
+        "output": "tag",
+        "action": "generate",
+        "hint": "none",
+        "memory": "none",
+    },
+    "constants": {"temperature": 1.0, "samples": 8, "format_retries": 1, "illegal_retries": 1},
+    "examples": [],
+}
+
+HINTS = {
+    "none": "",
+    "checks": "Look at the moves that give check first: a mate is a check the opponent cannot escape. ",
+    "legal_only": "Only a move from the legal moves list is accepted. ",
+}
+
+
+def _format_line(notation: str, output: str) -> str:
+    name = "UCI" if notation == "uci" else "SAN"
+    if output == "bare":
+        return f"Reply with the move only, in {name}."
+    return f"Answer with one legal move in {name} inside <move></move> tags."
+
+
+def render(g: Genome, name: str) -> str:
+    s, c = g["slots"], g["constants"]
+    uci = s["notation"] == "uci"
+    moves_key = "legal_moves_uci" if uci else "legal_moves_san"
+    last_key = "last_opponent_move" if uci else "last_opponent_move_san"
+    attrs = {
+        "temperature": c["temperature"],
+        "max_tokens": 16,
+        "stop": ("\n",) if s["output"] == "bare" else ("</move>",),
+    }
+    if s["action"] == "generate":
+        attrs["format_retries"] = c["format_retries"]
+    attrs["illegal_retries"] = c["illegal_retries"]
+    if s["action"] == "vote":
+        attrs["samples"] = c["samples"]
+    if s["memory"] == "examples":
+        attrs["max_examples"] = 2
+    doc = "; ".join(f"{slot}: {choice}" for slot, choice in s.items())
+    parts = [class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
+
+    parts.append(
+        method(
+            f'''
+            def legal(self, info):
+                return info["{moves_key}"]
+            '''
+        )
+    )
+    error_line = """
+        if info.get("error"):
+            lines.append(f"Your previous answer was rejected: {info['error']}")
+        return "\\n".join(lines)"""
+    if s["observation"] == "env_text":
+        parts.append(
+            method(
+                '''
+                def format_observation(self, obs, info):
+                    """The env's own text: board, FEN, legal moves (UCI), how to reply, and any error."""
+                    return obs
+                '''
+            )
+        )
+    else:
+        if s["observation"] == "full":
+            head = f"""
+        lines = [f"Chess puzzle. You play {{info['solver_color']}}. {{info['goal']}}"]
+        if info.get("{last_key}"):
+            lines.append(f"Opponent's last move: {{info['{last_key}']}}")
+        lines += [info["board"], f"FEN: {{info['fen']}}", "Legal moves: " + " ".join(self.legal(info))]"""
+        elif s["observation"] == "compact":
+            head = """
+        lines = [f"You play {info['solver_color']}. {info['goal']}", f"FEN: {info['fen']}"]
+        lines.append("Legal moves: " + " ".join(self.legal(info)))"""
+        else:  # board
+            head = """
+        lines = [f"You play {info['solver_color']}. {info['goal']}", info["board"]]
+        lines.append("Legal moves: " + " ".join(self.legal(info)))"""
+        parts.append("    def format_observation(self, obs, info):" + head + error_line)
+
+    instruction = py("\n" + HINTS[s["hint"]] + _format_line(s["notation"], s["output"]))
+    if s["memory"] == "examples":
+        parts.append(
+            method(
+                f'''
+                def build_prompt(self, text, info):
+                    """Solved puzzles first (never the current one), then the puzzle."""
+                    shown = [f"Example: FEN {{fen}}\\nAnswer: {{self.option(move)}}" for fen, move in EXAMPLES if fen != info["fen"]]
+                    return "\\n\\n".join(shown[: self.max_examples] + [text + {instruction}])
+                '''
+            )
+        )
+    else:
+        parts.append(
+            method(
+                f"""
+                def build_prompt(self, text, info):
+                    return text + {instruction}
+                """
+            )
+        )
+
+    if s["output"] == "tag":
+        parse = """
+            def parse_action(self, text, info):
+                return extract_tag(text, "move")
+            """
+    elif s["output"] == "bare":
+        parse = '''
+            def parse_action(self, text, info):
+                """The first word of the reply."""
+                words = text.split()
+                return words[0].strip(".,;:!") if words else None
+            '''
+    else:
+        parse = '''
+            def parse_action(self, text, info):
+                """The move in <move></move>; else the first word of the reply that names a legal move."""
+                tagged = extract_tag(text, "move")
+                if tagged:
+                    return tagged
+                pairs = list(zip(info["legal_moves_uci"], info["legal_moves_san"], self.legal(info)))
+                for word in text.split():
+                    word = word.strip(".,;:!()+#")
+                    for uci, san, listed in pairs:
+                        if word in (uci, san):
+                            return listed
+                return None
+            '''
+    parts.append(method(parse))
+    option = '"<move>" + move + "</move>"' if s["output"] != "bare" else "move"
+    parts.append(
+        method(
+            f"""
+            def option(self, move):
+                return {option}
+            """
+        )
+    )
+
+    prompt_line = "prompt = self.make_prompt(self.format_observation(obs, info), info, llm)"
+    if s["action"] == "choose":
+        parts.append(
+            method(
+                f'''
+                def act(self, obs, info, llm):
+                    """The legal move whose answer the model finds most likely (never illegal)."""
+                    {prompt_line}
+                    moves = self.legal(info)
+                    return moves[llm.choose(prompt, [self.option(m) for m in moves])]
+                '''
+            )
+        )
+    elif s["action"] == "vote":
+        parts.append(
+            method(
+                f'''
+                def act(self, obs, info, llm):
+                    """The most frequent legal move among several samples; likelihood choice if none is legal."""
+                    {prompt_line}
+                    moves = self.legal(info)
+                    answers = [self.parse_action(t, info) for t in llm.sample(prompt, self.samples, **self.params())]
+                    best = majority([a for a in answers if a in moves])
+                    if best is not None:
+                        return best
+                    return moves[llm.choose(prompt, [self.option(m) for m in moves])]
+                '''
+            )
+        )
+    elif s["action"] == "generate_choose":
+        parts.append(
+            method(
+                f'''
+                def act(self, obs, info, llm):
+                    """The model's move if it is legal, else the legal move it finds most likely."""
+                    {prompt_line}
+                    moves = self.legal(info)
+                    move = self.parse_action(llm.complete(prompt, **self.params()), info)
+                    if move in moves:
+                        return move
+                    return moves[llm.choose(prompt, [self.option(m) for m in moves])]
+                '''
+            )
+        )
+
+    parts.append(
+        method(
+            """
+            def start(self, obs, info):
+                super().start(obs, info)
+                self.failures_here = 0
+
+            def run(self, env, llm):
+                obs, info = env.reset()
+                self.start(obs, info)
+                while True:
+                    action = self.act(obs, info, llm)
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    if terminated or truncated:
+                        return
+                    if info.get("error"):
+                        self.failures_here += 1
+                        if self.failures_here > self.illegal_retries:
+                            return  # give up on this position
+                    else:
+                        self.failures_here = 0
+            """
+        )
+    )
+    examples = [(e["fen"], e["move"]) for e in g.get("examples") or []] if s["memory"] == "examples" else []
+    prefix = string_list("EXAMPLES", examples, "Solved puzzles from the archive (FEN, the move played).")
+    return prefix + join_methods(*parts)
+
+
+_FEN = re.compile(r"FEN: (\S+ [wb] \S+ \S+ \d+ \d+)")
+
+
+def harvest(traj: Trajectory) -> dict[str, str] | None:
+    """A puzzle solved in one move without errors: its FEN and the move."""
+    if len(traj.steps) != 1 or traj.steps[0].error:
+        return None
+    m = _FEN.search(traj.reset_observation)
+    return {"fen": m.group(1), "move": traj.steps[0].action.strip()} if m else None
+
+
+LIBRARY = DomainLibrary("chess", SLOTS, CONSTANTS, H0, render, harvest)

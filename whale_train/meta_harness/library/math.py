@@ -1,0 +1,286 @@
+"""Math mechanisms: how the problem is shown, the answer format and its parser, the Python tool (offered,
+withheld, or used as a calculator step: the model writes an expression, the env's sandbox evaluates it),
+self-consistency votes, a hint, and memory of solved problems.
+
+No mechanism does arithmetic: numbers come from the model or from running the model's expression in
+the env's own tool.
+"""
+
+from __future__ import annotations
+
+import re
+
+from whale_train.meta_harness.library import (
+    Choice,
+    Constant,
+    DomainLibrary,
+    Genome,
+    class_header,
+    define,
+    join_methods,
+    py,
+    string_list,
+)
+from whale_train.rollout import Trajectory
+
+SLOTS = {
+    "observation": {
+        "full": Choice("the problem, the last Python output and any error (h0)"),
+        "env_text": Choice("the env's own observation text", {"parse": 0.3}),
+        "question": Choice("the problem and any error only (a shorter context)", {"wrong": 0.2}),
+    },
+    "output": {
+        "boxed": Choice("the final answer in \\boxed{} (h0)"),
+        "answer_line": Choice("a reply 'answer: <value>'", {"parse": 0.5}),
+        "lenient": Choice(
+            "\\boxed{} asked for; else an 'answer:' line; else the last number in the reply",
+            {"parse": 1.0, "truncated": 0.5},
+        ),
+    },
+    "tool": {
+        "offer": Choice("the Python tool offered in the prompt (h0)"),
+        "none": Choice("no tool: every reply is an answer", {"tool": 1.0, "incomplete": 0.4, "parse": 0.3}),
+        "calculator": Choice(
+            "a calculator step: the model writes an expression, the env's Python evaluates it, that value is the answer",
+            {"wrong": 0.8, "tool": 0.3},
+        ),
+    },
+    "action": {
+        "generate": Choice("one sample per reply (h0)"),
+        "vote": Choice(
+            "self-consistency: the most frequent answer (or expression) among several samples", {"wrong": 0.8}
+        ),
+    },
+    "hint": {
+        "none": Choice("no hint (h0)"),
+        "numeric": Choice("a hint: the answer is a single number", {"parse": 0.3, "wrong": 0.2}),
+    },
+    "memory": {
+        "none": Choice("no examples (h0)"),
+        "examples": Choice(
+            "solved problems from the archive's traces shown before the problem", {"wrong": 0.3}
+        ),
+    },
+}
+
+CONSTANTS = {
+    "temperature": Constant((1.0, 0.7, 0.4, 0.0), "sampling temperature", {"wrong": 0.3, "parse": 0.2}),
+    "samples": Constant(
+        (4, 8, 16), "samples per vote", {"wrong": 0.3}, lambda g: g["slots"]["action"] == "vote"
+    ),
+    "max_tokens": Constant((32, 48, 96), "tokens per reply", {"truncated": 1.0}),
+    "format_retries": Constant(
+        (0, 1, 2),
+        "retries after an unparseable reply",
+        {"parse": 0.4},
+        lambda g: g["slots"]["action"] == "generate",
+    ),
+}
+
+H0: Genome = {
+    "domain": "math",
+    "slots": {
+        "observation": "full",
+        "output": "boxed",
+        "tool": "offer",
+        "action": "generate",
+        "hint": "none",
+        "memory": "none",
+    },
+    "constants": {"temperature": 1.0, "samples": 8, "max_tokens": 48, "format_retries": 1},
+    "examples": [],
+}
+
+FORMATS = {
+    "boxed": "Put the final answer in \\boxed{}.",
+    "answer_line": "Reply with answer: <the final answer>.",
+    "lenient": "Put the final answer in \\boxed{}.",
+}
+HINTS = {"none": "", "numeric": "The answer is a single number. "}
+
+
+def render(g: Genome, name: str) -> str:
+    s, c = g["slots"], g["constants"]
+    attrs = {"temperature": c["temperature"], "max_tokens": c["max_tokens"]}
+    if s["action"] == "generate":
+        attrs["format_retries"] = c["format_retries"]
+    else:
+        attrs["samples"] = c["samples"]
+    memory = s["memory"] == "examples"
+    if memory:
+        attrs["max_examples"] = 2
+    doc = "; ".join(f"{slot}: {choice}" for slot, choice in s.items())
+    parts = [class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
+
+    if s["observation"] == "env_text":
+        parts.append(
+            define(
+                "format_observation(self, obs, info)",
+                "return obs",
+                doc="The env's own text: the problem, tool output, how to reply, and any error.",
+            )
+        )
+    else:
+        tool_output = """
+            tool = info.get("last_tool")
+            if tool:
+                text += f"\\nPython output: {(tool.get('stdout') or tool.get('stderr') or '').strip()[:400]}"
+            """
+        parts.append(
+            define(
+                "format_observation(self, obs, info)",
+                """text = f"Problem: {info['question']}\"""",
+                tool_output if s["observation"] == "full" else "",
+                """
+                if info.get("error"):
+                    text += f"\\nYour previous reply was not understood: {info['error']}"
+                return text
+                """,
+            )
+        )
+
+    instruction = py(HINTS[s["hint"]] + FORMATS[s["output"]])
+    examples = """
+        shown = [f"Example: Problem: {q}\\nAnswer: {self.answer_text(a)}" for q, a in EXAMPLES if q != info["question"]]
+        text = "\\n\\n".join(shown[: self.max_examples] + [text])
+        """
+    if s["tool"] == "offer":
+        ending = f"""
+            tool_line = "To run Python first, reply python: <code> and print the result. " if info.get("tool_calls_left") else ""
+            return text + "\\n" + tool_line + {instruction}
+            """
+    else:
+        ending = f'return text + "\\n" + {instruction}'
+    parts.append(
+        define(
+            "build_prompt(self, text, info)",
+            examples if memory else "",
+            ending,
+            doc="Solved problems first (never the current one), then the problem." if memory else "",
+        )
+    )
+    if memory:
+        shown = '"\\\\boxed{" + answer + "}"' if s["output"] != "answer_line" else '"answer: " + answer'
+        parts.append(define("answer_text(self, answer)", f"return {shown}"))
+
+    python = """
+        if text.lower().startswith("python:"):
+            return text
+        """
+    if s["output"] == "boxed":
+        body = """
+            boxed = extract_boxed(text)
+            return f"answer: {boxed}" if boxed else None
+            """
+    elif s["output"] == "answer_line":
+        body = """
+            found = re.search(r"answer:\\s*(.+)", text, flags=re.I)
+            return f"answer: {found.group(1).strip()}" if found else None
+            """
+    else:
+        body = """
+            found = extract_boxed(text)
+            if not found:
+                line = re.search(r"answer:\\s*(.+)", text, flags=re.I)
+                numbers = re.findall(r"-?\\d+(?:\\.\\d+)?(?:/\\d+)?", text)
+                found = line.group(1).strip() if line else (numbers[-1] if numbers else None)
+            return f"answer: {found}" if found else None
+            """
+    parts.append(
+        define(
+            "parse_action(self, text, info)",
+            "text = text.strip()",
+            python if s["tool"] == "offer" else "",
+            body,
+            doc="The answer in the reply: boxed, else an answer: line, else its last number."
+            if s["output"] == "lenient"
+            else "",
+        )
+    )
+
+    if s["action"] == "vote":
+        parts.append(
+            define(
+                "act(self, obs, info, llm)",
+                """
+                prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
+                replies = llm.sample(prompt, self.samples, **self.params())
+                answers = [self.parse_action(r, info) for r in replies]
+                best = majority([a.replace(" ", "") for a in answers if a and a.startswith("answer:")])
+                if best is not None:
+                    return best
+                return next((a for a in answers if a), replies[0])
+                """,
+                doc="Self-consistency: the most frequent answer among several samples.",
+            )
+        )
+
+    if s["tool"] == "calculator":
+        if s["action"] == "vote":
+            parts.append(
+                define(
+                    "expression(self, prompt, llm)",
+                    """
+                    replies = llm.sample(prompt, self.samples, **self.params())
+                    return majority([e.strip() for e in (extract_tag(r, "expr") for r in replies) if e])
+                    """,
+                    doc="The most frequent expression among several samples.",
+                )
+            )
+        else:
+            parts.append(
+                define(
+                    "expression(self, prompt, llm)",
+                    'return extract_tag(llm.complete(prompt, **self.params()), "expr")',
+                )
+            )
+        parts.append(
+            define(
+                "run(self, env, llm)",
+                """
+                obs, info = env.reset()
+                self.start(obs, info)
+                if info.get("tool_calls_left"):
+                    prompt = self.make_prompt(
+                        f"Problem: {info['question']}\\nWrite one arithmetic expression that computes the answer, "
+                        "inside <expr></expr>.",
+                        info,
+                        llm,
+                    )
+                    expr = self.expression(prompt, llm)
+                    if expr:
+                        obs, reward, terminated, truncated, info = env.step(f"python: print({expr})")
+                        if terminated or truncated:
+                            return
+                        tool = info.get("last_tool") or {}
+                        value = (tool.get("stdout") or "").strip()
+                        if tool.get("exit_code") == 0 and value and "\\n" not in value:
+                            env.step(f"answer: {value}")
+                            return
+                while True:
+                    obs, reward, terminated, truncated, info = env.step(self.act(obs, info, llm))
+                    if terminated or truncated:
+                        return
+                """,
+                doc="A calculator step first: the model writes one expression, the env's Python evaluates it and\n"
+                "        the printed value is the answer. Without a usable value, the usual reply loop.",
+            )
+        )
+    examples = [(e["question"], e["answer"]) for e in g.get("examples") or []] if memory else []
+    prefix = string_list("EXAMPLES", examples, "Solved problems from the archive (problem, answer).")
+    return prefix + join_methods(*parts)
+
+
+_PROBLEM = re.compile(r"Problem: (.+)")
+
+
+def harvest(traj: Trajectory) -> dict[str, str] | None:
+    """A problem whose last step answered it correctly: the problem text and that answer."""
+    m = _PROBLEM.search(traj.reset_observation)
+    action = traj.steps[-1].action.strip() if traj.steps else ""
+    if not m or not action.lower().startswith("answer:"):
+        return None
+    return {"question": m.group(1).strip(), "answer": action.split(":", 1)[1].strip()}
+
+
+LIBRARY = DomainLibrary("math", SLOTS, CONSTANTS, H0, render, harvest)

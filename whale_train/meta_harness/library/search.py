@@ -1,0 +1,259 @@
+"""Search-QA mechanisms: how the first query is made (the model's own, the question itself, or the
+question rewritten to its key words), follow-up queries written from what was read, the passage budget
+(how many passages, how long), the answer format and its parser, self-consistency votes, a hint, and
+memory of solved questions.
+
+No mechanism reads the answer out of a passage: answers come from the model.
+"""
+
+from __future__ import annotations
+
+import re
+
+from whale_train.meta_harness.library import (
+    Choice,
+    Constant,
+    DomainLibrary,
+    Genome,
+    class_header,
+    define,
+    join_methods,
+    py,
+    string_list,
+)
+from whale_train.rollout import Trajectory
+
+SLOTS = {
+    "query": {
+        "model": Choice("the model writes the first query, forwarded as is (h0)"),
+        "question": Choice("query rewriting: search the question itself", {"missed": 1.0, "wrong": 0.2}),
+        "keywords": Choice(
+            "query rewriting: the question without its question words", {"missed": 1.0, "wrong": 0.2}
+        ),
+    },
+    "follow_up": {
+        "none": Choice("one search (h0)"),
+        "model": Choice(
+            "follow-up queries written by the model from the passages read so far", {"missed": 0.5}
+        ),
+    },
+    "answer": {
+        "generate": Choice("one sampled answer (h0)"),
+        "vote": Choice("self-consistency: the most frequent answer among several samples", {"wrong": 0.7}),
+    },
+    "output": {
+        "tag": Choice("the answer inside <answer></answer>, else the whole reply (h0)"),
+        "lenient": Choice(
+            "<answer></answer> asked for; else the reply's first line without an 'answer:' prefix or final dot",
+            {"parse": 1.0, "wrong": 0.3},
+        ),
+    },
+    "hint": {
+        "none": Choice("no hint (h0)"),
+        "short": Choice("a hint: answer with a short phrase from the passages", {"wrong": 0.4}),
+    },
+    "memory": {
+        "none": Choice("no examples (h0)"),
+        "examples": Choice(
+            "solved questions from the archive's traces shown before the question", {"wrong": 0.3}
+        ),
+    },
+}
+
+CONSTANTS = {
+    "passages": Constant((1, 2, 3), "passages shown per search (the passage budget)", {"missed": 0.6}),
+    "passage_chars": Constant((200, 400, 800), "characters shown per passage", {"missed": 0.3, "wrong": 0.1}),
+    "temperature": Constant((1.0, 0.7, 0.4, 0.0), "sampling temperature", {"wrong": 0.4, "parse": 0.2}),
+    "samples": Constant((4, 8), "samples per vote", {"wrong": 0.3}, lambda g: g["slots"]["answer"] == "vote"),
+    "follow_ups": Constant(
+        (1, 2), "follow-up searches", {"wrong": 0.3}, lambda g: g["slots"]["follow_up"] == "model"
+    ),
+}
+
+H0: Genome = {
+    "domain": "search",
+    "slots": {
+        "query": "model",
+        "follow_up": "none",
+        "answer": "generate",
+        "output": "tag",
+        "hint": "none",
+        "memory": "none",
+    },
+    "constants": {"passages": 1, "passage_chars": 800, "temperature": 1.0, "samples": 4, "follow_ups": 1},
+    "examples": [],
+}
+
+#: Question words and fillers dropped by the ``keywords`` query rewriting.
+STOPWORDS = (
+    "what who whom whose which where when why how is are was were does do did the a an of in on at to for "
+    "by with from and or that this there it its"
+).split()
+
+HINTS = {"none": "", "short": "Answer with a short phrase taken from the passage. "}
+
+
+def render(g: Genome, name: str) -> str:
+    s, c = g["slots"], g["constants"]
+    attrs = {
+        "temperature": c["temperature"],
+        "max_tokens": 32,
+        "passages": c["passages"],
+        "passage_chars": c["passage_chars"],
+    }
+    if s["follow_up"] == "model":
+        attrs["follow_ups"] = c["follow_ups"]
+    if s["answer"] == "vote":
+        attrs["samples"] = c["samples"]
+    memory = s["memory"] == "examples"
+    if memory:
+        attrs["max_examples"] = 2
+    doc = "; ".join(f"{slot}: {choice}" for slot, choice in s.items())
+    parts = [class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
+
+    if s["query"] == "model":
+        parts.append(
+            define(
+                "first_query(self, info, llm)",
+                """
+                prompt = f"Question: {info['question']}\\nWrite a search query inside <search></search>."
+                reply = llm.complete(self.make_prompt(prompt, info, llm), **self.params())
+                return extract_tag(reply, "search") or reply.strip() or info["question"]
+                """,
+                doc="The model writes the query.",
+            )
+        )
+    elif s["query"] == "question":
+        parts.append(
+            define(
+                "first_query(self, info, llm)", 'return info["question"]', doc="Search the question itself."
+            )
+        )
+    else:
+        parts.append(
+            define(
+                "first_query(self, info, llm)",
+                """
+                words = re.findall(r"[\\w'-]+", info["question"])
+                kept = [w for w in words if w.lower() not in STOPWORDS]
+                return " ".join(kept) or info["question"]
+                """,
+                doc="Query rewriting: the question without its question words and fillers.",
+            )
+        )
+    parts.append(
+        define(
+            "shown(self, seen)",
+            "return \"\\n\".join(f\"{p['title']}: {p['text'][: self.passage_chars]}\" for p in seen)",
+        )
+    )
+    instruction = py("\n" + HINTS[s["hint"]] + "Answer the question inside <answer></answer>.")
+    examples = """
+        shown = [f"Example: Question: {q}\\nAnswer: <answer>{a}</answer>" for q, a in EXAMPLES if q != info["question"]]
+        prompt = "\\n\\n".join(shown[: self.max_examples] + [prompt])
+        """
+    question = "f\"Question: {info['question']}\\nPassage: {self.shown(seen)}\" + " + instruction
+    if memory:
+        parts.append(
+            define(
+                "answer_prompt(self, info, seen)",
+                f"prompt = {question}",
+                examples,
+                "return prompt",
+                doc="Solved questions first (never the current one), then the question and passages.",
+            )
+        )
+    else:
+        parts.append(define("answer_prompt(self, info, seen)", f"return {question}"))
+    if s["output"] == "tag":
+        parts.append(
+            define("parse_answer(self, reply)", 'return extract_tag(reply, "answer") or reply.strip()')
+        )
+    else:
+        parts.append(
+            define(
+                "parse_answer(self, reply)",
+                """
+                found = extract_tag(reply, "answer") or reply
+                found = re.sub(r"^\\s*answer:\\s*", "", found.strip(), flags=re.I)
+                lines = [line for line in found.splitlines() if line.strip()]
+                return lines[0].strip().rstrip(".") if lines else ""
+                """,
+                doc="The answer tag; else the reply's first line without an 'answer:' prefix or final dot.",
+            )
+        )
+    if s["answer"] == "vote":
+        parts.append(
+            define(
+                "answer(self, info, seen, llm)",
+                """
+                prompt = self.make_prompt(self.answer_prompt(info, seen), info, llm)
+                replies = llm.sample(prompt, self.samples, **self.params())
+                return majority([self.parse_answer(r) for r in replies])
+                """,
+                doc="Self-consistency: the most frequent answer among several samples.",
+            )
+        )
+    else:
+        parts.append(
+            define(
+                "answer(self, info, seen, llm)",
+                """
+                prompt = self.make_prompt(self.answer_prompt(info, seen), info, llm)
+                return self.parse_answer(llm.complete(prompt, **self.params()))
+                """,
+            )
+        )
+    if s["follow_up"] == "model":
+        run = """
+            obs, info = env.reset()
+            self.start(obs, info)
+            seen = []
+            query = self.first_query(info, llm)
+            for round_ in range(1 + self.follow_ups):
+                obs, reward, terminated, truncated, info = env.step(f"search: {query}")
+                if terminated or truncated:
+                    return
+                for p in (info.get("passages") or [])[: self.passages]:
+                    if p["id"] not in [q["id"] for q in seen]:
+                        seen.append(p)
+                if round_ == self.follow_ups:
+                    break
+                prompt = f"Question: {info['question']}\\nPassages:\\n{self.shown(seen)}\\nWrite the next search query inside <search></search>."
+                query = extract_tag(llm.complete(self.make_prompt(prompt, info, llm), **self.params()), "search")
+                if not query:
+                    break
+            env.step(f"answer: {self.answer(info, seen, llm) or 'unknown'}")
+            """
+    else:
+        run = """
+            obs, info = env.reset()
+            self.start(obs, info)
+            obs, reward, terminated, truncated, info = env.step(f"search: {self.first_query(info, llm)}")
+            if terminated or truncated:
+                return
+            seen = (info.get("passages") or [])[: self.passages]
+            env.step(f"answer: {self.answer(info, seen, llm) or 'unknown'}")
+            """
+    parts.append(define("run(self, env, llm)", run))
+    prefix = ""
+    if s["query"] == "keywords":
+        prefix += f"#: Question words and fillers left out of the query.\nSTOPWORDS = {py(' '.join(STOPWORDS))}.split()\n\n\n"
+    examples_list = [(e["question"], e["answer"]) for e in g.get("examples") or []] if memory else []
+    prefix += string_list("EXAMPLES", examples_list, "Solved questions from the archive (question, answer).")
+    return prefix + join_methods(*parts)
+
+
+_QUESTION = re.compile(r"Question: (.+)")
+
+
+def harvest(traj: Trajectory) -> dict[str, str] | None:
+    """A question whose last step answered it correctly: the question and that answer."""
+    m = _QUESTION.search(traj.reset_observation)
+    action = traj.steps[-1].action.strip() if traj.steps else ""
+    if not m or not action.lower().startswith("answer:"):
+        return None
+    return {"question": m.group(1).strip(), "answer": action.split(":", 1)[1].strip()}
+
+
+LIBRARY = DomainLibrary("search", SLOTS, CONSTANTS, H0, render, harvest)

@@ -1,0 +1,544 @@
+"""``HarnessSearch``: the harness phase of WHALE (Meta-Harness search over an on-disk archive).
+
+One **iteration**: the proposer writes M candidates -> each is validated (AST rules, the prompt-only
+rule when asked, ``check_harness`` with null models) -> each valid one is scored on the search's
+``harness``-split tasks under the current model version -> the frontier is updated -> a candidate
+replaces the incumbent only if the acceptance rule says it beats it on the same tasks by more than
+noise. A **rescore** scores the incumbent (and the frontier) under a new model version; it may also
+hand the incumbent's place to a frontier member that now beats it.
+
+Every step is idempotent and resumable: candidate ids depend only on (iteration, slot); a candidate,
+its validation and each of its scores are written atomically; an iteration or rescore is complete once
+its record is written. Calling ``iterate``/``rescore`` again for a completed step returns its stored
+report. Rollouts are charged to the step that asked for them (``origin`` in each eval record), so a
+killed and resumed step reports the same count as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+import whale_envs  # noqa: F401  (registers the envs)
+from harnesses.loader import HarnessRef, load_harness
+from whale_train.meta_harness import evaluate
+from whale_train.meta_harness.acceptance import AcceptanceRule, PairedGain, frontier, rank_key
+from whale_train.meta_harness.archive import (
+    SAFE_ID,
+    SEARCH_DIR,
+    Archive,
+    candidate_id,
+    now,
+    parse_candidate_id,
+)
+from whale_train.meta_harness.config import MetaHarnessConfig
+from whale_train.meta_harness.library import libraries
+from whale_train.meta_harness.proposer import Proposal, ProposalContext, Proposer, ProposerError
+
+logger = logging.getLogger("whale.meta_harness")
+
+#: Env id -> (domain of the mechanism library, folder of the shipped harnesses).
+DOMAINS = {
+    "whale/Chess-v0": ("chess", "chess_puzzles"),
+    "whale/Math-v0": ("math", "math"),
+    "whale/SearchQA-v0": ("search", "search_qa"),
+}
+
+
+@dataclass
+class CandidateResult:
+    """One candidate of a step: what it is, whether it passed the gates, its score and the decision."""
+
+    id: str
+    parents: list[str]
+    proposer: str
+    change: str
+    hypothesis: str
+    status: str
+    reason: str | None = None
+    mean: float | None = None
+    se: float | None = None
+    calls_per_episode: float | None = None
+    tokens_per_episode: float | None = None
+    rollouts: int = 0
+    check_episodes: int = 0
+    decision: str | None = None
+    gain: float | None = None
+    gain_se: float | None = None
+
+
+@dataclass
+class IterationReport(Mapping):
+    """What one step did. Read it as attributes or as a read-only mapping (``report["rollouts"]``).
+
+    Attributes:
+        kind: ``iteration`` or ``rescore``.
+        iteration: the iteration number (None for a rescore).
+        model_version: the model version everything was scored under.
+        candidates: the candidates of the step (for a rescore: the re-scored ones).
+        incumbent_before / incumbent: the incumbent's id before and after the step.
+        accepted: whether the incumbent changed.
+        reason: the acceptance rule's verdict, with its numbers.
+        rule: the acceptance rule.
+        rollouts: model rollouts charged to this step (scoring and re-scoring).
+        check_episodes: null-model episodes of ``check_harness`` (no model; not charged).
+        frontier: the best ids under ``model_version`` after the step, best first.
+        proposer_usage: the proposer's tokens and cost in this step.
+        proposer_error: why the proposer gave fewer candidates than asked (None when it did not fail).
+        rescore_rollouts: rollouts of the rescore this iteration ran first because the model version was
+            new (included in ``rollouts``); ``triggered_by``: on a rescore, that iteration.
+        wall_seconds: time spent in the call that completed the step.
+        seq: the step's position among all steps of the archive.
+    """
+
+    kind: str
+    iteration: int | None
+    model_version: int
+    candidates: list[CandidateResult]
+    incumbent_before: str
+    incumbent: str
+    accepted: bool
+    reason: str
+    rule: str
+    rollouts: int
+    check_episodes: int
+    frontier: list[str]
+    proposer_usage: dict[str, Any] = field(default_factory=dict)
+    proposer_error: str | None = None
+    rescore_rollouts: int = 0
+    triggered_by: int | None = None
+    wall_seconds: float = 0.0
+    created: str = ""
+    seq: int = -1
+
+    @property
+    def improved(self) -> bool:
+        """A new incumbent (the signal of the adaptive schedule's patience)."""
+        return self.accepted
+
+    @property
+    def summary(self) -> str:
+        scored = [c for c in self.candidates if c.mean is not None]
+        best = max(scored, key=lambda c: c.mean) if scored else None
+        head = f"iteration {self.iteration}" if self.kind == "iteration" else f"rescore v{self.model_version}"
+        text = f"{head}: {len(self.candidates)} candidates, {len(scored)} scored"
+        if best:
+            text += f", best {best.id} {100 * best.mean:.1f}%"
+        verdict = f"accepted {self.incumbent}" if self.accepted else f"kept {self.incumbent}"
+        return f"{text}; {verdict}; {self.rollouts} rollouts"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["improved"] = self.improved
+        d["summary"] = self.summary
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> IterationReport:
+        d = {k: v for k, v in d.items() if k not in ("improved", "summary")}
+        d["candidates"] = [CandidateResult(**c) for c in d["candidates"]]
+        return cls(**d)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
+
+
+class HarnessSearch:
+    """The harness search over one archive folder.
+
+    Args:
+        config: the search settings (``MetaHarnessConfig``).
+        archive_dir: the archive folder (created, or resumed when it holds a search already).
+        llm: the model candidates are scored with (``llm.version`` is its model version).
+        env_id: ``whale/Chess-v0``, ``whale/Math-v0`` or ``whale/SearchQA-v0``.
+        env_kwargs: extra ``gym.make`` options (e.g. ``{"tasks": "lichess"}``); the split is set here.
+        seed_harness: the first incumbent (default: the domain's shipped ``h0``).
+        proposer: a ``Proposer`` (default: from ``config.proposer``).
+        rule: an ``AcceptanceRule`` (default: ``PairedGain(config.accept_z, config.accept_min_gain)``).
+        log: called with one line per event (default: the ``whale.meta_harness`` logger).
+    """
+
+    def __init__(
+        self,
+        config: MetaHarnessConfig,
+        archive_dir: str | Path,
+        llm: Any,
+        env_id: str,
+        env_kwargs: dict[str, Any] | None = None,
+        *,
+        seed_harness: HarnessRef | None = None,
+        proposer: Proposer | None = None,
+        rule: AcceptanceRule | None = None,
+        log: Callable[[str], None] | None = None,
+    ):
+        if env_id not in DOMAINS:
+            raise ValueError(f"unknown env {env_id!r}; known: {', '.join(DOMAINS)}")
+        config.validate()
+        self.config = config
+        self.llm = llm
+        self.env_id = env_id
+        self.env_kwargs = {k: v for k, v in (env_kwargs or {}).items() if k != "split"}
+        self.domain, harness_dir = DOMAINS[env_id]
+        self.archive = Archive(archive_dir)
+        self.rule = rule or PairedGain(config.accept_z, config.accept_min_gain)
+        self.proposer = proposer or make_proposer(config, self.env_kwargs)
+        self.log = log or logger.info
+        settings = self.archive.settings()
+        if settings is None:
+            seed_harness = seed_harness or load_harness(f"{harness_dir}/h0")
+            settings = self._start(seed_harness, harness_dir)
+        elif settings["env_id"] != env_id or settings["env_kwargs"] != self.env_kwargs:
+            raise ValueError(
+                f"{self.archive.root} holds a search on {settings['env_id']} {settings['env_kwargs']}, "
+                f"not {env_id} {self.env_kwargs}"
+            )
+        elif settings["seed"] != config.seed or settings["harness_tasks"] != config.harness_tasks:
+            raise ValueError(
+                f"{self.archive.root} was started with another seed or harness_tasks: resume with the same"
+            )
+        self.task_ids: list[str] = settings["task_ids"]
+        self.seed_id: str = settings["seed_id"]
+
+    def _start(self, seed: HarnessRef, harness_dir: str) -> dict[str, Any]:
+        env = gym.make(self.env_id, split="harness", **self.env_kwargs).unwrapped
+        ids = list(env.task_ids)
+        rng = random.Random(f"tasks/{self.config.seed}")
+        task_ids = sorted(rng.sample(ids, min(self.config.harness_tasks, len(ids))))
+        seed_id = seed.name.rsplit("/", 1)[-1] if seed.shipped else "seed"  # e.g. "h0"
+        if not SAFE_ID.match(seed_id) or parse_candidate_id(seed_id) or seed_id == SEARCH_DIR:
+            seed_id = "seed"
+        genome = libraries()[self.domain].h0 if seed.shipped and seed.name == f"{harness_dir}/h0" else None
+        if seed_id not in self.archive:
+            self.archive.add(
+                seed_id,
+                seed.source,
+                {
+                    "parents": [],
+                    "proposer": "seed",
+                    "change": "seed",
+                    "summary": f"seed ({seed.name})",
+                    "hypothesis": f"the seed harness {seed.name}",
+                    "components": libraries()[self.domain].components(genome) if genome else {},
+                    "genome": genome,
+                    "seed_of": seed.name,
+                    "iteration": None,
+                    "slot": None,
+                },
+                status="valid",
+            )
+        settings = {
+            "env_id": self.env_id,
+            "env_kwargs": self.env_kwargs,
+            "domain": self.domain,
+            "seed": self.config.seed,
+            "harness_tasks": self.config.harness_tasks,
+            "task_ids": task_ids,
+            "seed_id": seed_id,
+            "seed_harness": seed.name,
+            "config": self.config.to_dict(),
+            "created": now(),
+        }
+        self.archive.write_settings(settings)
+        return settings
+
+    # ------------------------------------------------------------------ where the search stands
+
+    def _last(self) -> dict[str, Any] | None:
+        records = self.archive.records()
+        return records[-1] if records else None
+
+    @property
+    def incumbent_id(self) -> str:
+        last = self._last()
+        return last["incumbent"] if last else self.seed_id
+
+    @property
+    def incumbent(self) -> HarnessRef:
+        """The current incumbent, runnable (untrusted) and named by its archive id."""
+        return self.archive.get(self.incumbent_id).ref()
+
+    @property
+    def next_iteration(self) -> int:
+        done = [r["iteration"] for r in self.archive.records() if r["kind"] == "iteration"]
+        return max(done) + 1 if done else 1
+
+    def frontier(self, model_version: int | None = None) -> list[str]:
+        """The best candidates scored under ``model_version`` (default: the model's), best first."""
+        version = self._version(model_version)
+        return frontier(self.archive.evals_at(version), self.config.frontier_size)
+
+    def _version(self, model_version: int | None) -> int:
+        have = int(getattr(self.llm, "version", 0))
+        if model_version is not None and int(model_version) != have:
+            raise ValueError(f"model_version {model_version} given, but the LLM is at version {have}")
+        return have
+
+    # ------------------------------------------------------------------ rescore
+
+    def rescore(
+        self, model_version: int | None = None, *, _by_iteration: int | None = None
+    ) -> IterationReport:
+        """Score the incumbent (and, with ``rescore_frontier``, the last frontier) under this model version.
+
+        Idempotent: a version already re-scored returns its stored report.
+        """
+        version = self._version(model_version)
+        stored = self.archive.record("rescore", version)
+        if stored:
+            return IterationReport.from_dict(stored)
+        start = time.monotonic()
+        last = self._last()
+        incumbent = self.incumbent_id
+        members = [incumbent]
+        if self.config.rescore_frontier and last:
+            members += [c for c in last["frontier"] if c != incumbent]
+        origin = {"kind": "rescore", "model_version": version}
+        results = []
+        for cid in members:
+            results.append(self._scored_result(cid, version, origin))
+        accepted, reason, winner = self._decide(incumbent, [r for r in results if r.id != incumbent], version)
+        report = IterationReport(
+            kind="rescore",
+            iteration=None,
+            model_version=version,
+            candidates=results,
+            incumbent_before=incumbent,
+            incumbent=winner,
+            accepted=accepted,
+            reason=reason,
+            rule=self._rule_text(),
+            rollouts=self._charged(origin),
+            check_episodes=0,
+            frontier=self.frontier(version),
+            triggered_by=_by_iteration,
+            wall_seconds=round(time.monotonic() - start, 2),
+            created=now(),
+        )
+        record = self.archive.write_record("rescore", version, report.to_dict())
+        report.seq = record["seq"]
+        self.log(f"rescore v{version}: {report.reason} ({report.rollouts} rollouts)")
+        return report
+
+    # ------------------------------------------------------------------ iterate
+
+    def iterate(self, model_version: int | None = None, iteration: int | None = None) -> IterationReport:
+        """One search iteration (the next one by default). Idempotent for a completed iteration."""
+        version = self._version(model_version)
+        iteration = self.next_iteration if iteration is None else iteration
+        stored = self.archive.record("iteration", iteration)
+        if stored:
+            return IterationReport.from_dict(stored)
+        if iteration != self.next_iteration:
+            raise ValueError(f"iteration {iteration} cannot run now: the next one is {self.next_iteration}")
+        start = time.monotonic()
+        if self.archive.record("rescore", version) is None:  # a new model version: re-score first
+            self.rescore(version, _by_iteration=iteration)
+        rescore = self.archive.record("rescore", version)
+        rescore_rollouts = rescore["rollouts"] if rescore.get("triggered_by") == iteration else 0
+        incumbent = self.incumbent_id
+        proposer_usage, proposer_error = self._propose(iteration, version, incumbent)
+        origin = {"kind": "iteration", "iteration": iteration}
+        results = []
+        for slot in range(self.config.candidates):
+            cid = candidate_id(iteration, slot)
+            if cid not in self.archive:
+                continue
+            results.append(self._validated_scored(cid, version, origin))
+        challengers = [r for r in results if r.status == "valid"]
+        accepted, reason, winner = self._decide(incumbent, challengers, version)
+        report = IterationReport(
+            kind="iteration",
+            iteration=iteration,
+            model_version=version,
+            candidates=results,
+            incumbent_before=incumbent,
+            incumbent=winner,
+            accepted=accepted,
+            reason=reason,
+            rule=self._rule_text(),
+            rollouts=self._charged(origin) + rescore_rollouts,
+            check_episodes=sum(r.check_episodes for r in results),
+            frontier=self.frontier(version),
+            proposer_usage=proposer_usage,
+            proposer_error=proposer_error,
+            rescore_rollouts=rescore_rollouts,
+            wall_seconds=round(time.monotonic() - start, 2),
+            created=now(),
+        )
+        record = self.archive.write_record("iteration", iteration, report.to_dict())
+        report.seq = record["seq"]
+        self.log(f"iteration {iteration} (model v{version}): {report.reason} ({report.rollouts} rollouts)")
+        return report
+
+    def run(self, iterations: int, model_version: int | None = None) -> list[IterationReport]:
+        """Rescore under the model's version if needed, then iterate until ``iterations`` are done."""
+        reports = [self.rescore(model_version)]
+        while self.next_iteration <= iterations:
+            reports.append(self.iterate(model_version))
+        return reports
+
+    # ------------------------------------------------------------------ the parts of a step
+
+    def _propose(self, iteration: int, version: int, incumbent: str) -> tuple[dict[str, Any], str | None]:
+        missing = [s for s in range(self.config.candidates) if candidate_id(iteration, s) not in self.archive]
+        if not missing:
+            return self._usage_of(iteration), None
+        last = self._last()
+        ctx = ProposalContext(
+            archive=self.archive,
+            domain=self.domain,
+            env_id=self.env_id,
+            iteration=iteration,
+            slots=missing,
+            model_version=version,
+            incumbent=incumbent,
+            frontier=list(last["frontier"]) if last else [incumbent],
+            seed=self.config.seed,
+            seed_id=self.seed_id,
+            prompt_only=self.config.prompt_only,
+        )
+        error = None
+        try:
+            proposals = self.proposer.propose(ctx)
+        except ProposerError as exc:
+            proposals, error = [], str(exc)
+            self.log(f"iteration {iteration}: the proposer failed: {exc}")
+        for slot, proposal in zip(missing, proposals, strict=False):
+            self._add(iteration, slot, proposal)
+        return self._usage_of(iteration), error
+
+    def _add(self, iteration: int, slot: int, p: Proposal) -> None:
+        cid = candidate_id(iteration, slot)
+        self.archive.add(
+            cid,
+            p.source,
+            {
+                "parents": p.parents,
+                "proposer": self.proposer.name,
+                "change": p.change,
+                "summary": p.summary,
+                "hypothesis": p.hypothesis,
+                "components": p.components,
+                "genome": p.genome,
+                "proposer_usage": p.usage,
+                "iteration": iteration,
+                "slot": slot,
+            },
+        )
+        self.log(f"  proposed {cid} ({p.summary or p.change}; parents {', '.join(p.parents)})")
+
+    def _usage_of(self, iteration: int) -> dict[str, Any]:
+        total: dict[str, Any] = {}
+        for slot in range(self.config.candidates):
+            cid = candidate_id(iteration, slot)
+            if cid in self.archive:
+                for k, v in (self.archive.get(cid).meta.get("proposer_usage") or {}).items():
+                    if isinstance(v, int | float):
+                        total[k] = total.get(k, 0) + v
+        return total
+
+    def _validated_scored(self, cid: str, version: int, origin: dict[str, Any]) -> CandidateResult:
+        cand = self.archive.get(cid)
+        meta = cand.meta
+        if meta["status"] == "proposed":
+            seed_source = self.archive.get(self.seed_id).source if self.config.prompt_only else None
+            v = evaluate.validate(cand.source, cid, self.env_id, self.env_kwargs, self.config, seed_source)
+            meta = self.archive.update_meta(cid, **v.to_meta())
+            self.log(f"  {cid}: {'valid' if v.ok else v.reason}")
+        if meta["status"] != "valid":
+            return self._result(cid, version)
+        return self._scored_result(cid, version, origin)
+
+    def _scored_result(self, cid: str, version: int, origin: dict[str, Any]) -> CandidateResult:
+        cand = self.archive.get(cid)
+        if cand.eval(version) is None:
+            record, trajs = evaluate.score(
+                cand.ref(), self.env_id, self.llm, self.task_ids, self.env_kwargs, self.config, origin
+            )
+            record["model_version"] = version
+            self.archive.write_eval(cid, version, record, trajs)
+            self.log(
+                f"  {cid} under model v{version}: {100 * record['mean']:.1f}% ± {100 * record['se']:.1f} "
+                f"({record['rollouts']} rollouts, {record['wall_seconds']:.0f} s)"
+            )
+        return self._result(cid, version)
+
+    def _result(self, cid: str, version: int) -> CandidateResult:
+        meta = self.archive.get(cid).meta
+        rec = self.archive.get(cid).eval(version)
+        return CandidateResult(
+            id=cid,
+            parents=meta.get("parents") or [],
+            proposer=meta.get("proposer", ""),
+            change=meta.get("change", ""),
+            hypothesis=meta.get("hypothesis", ""),
+            status=meta.get("status", ""),
+            reason=meta.get("reason"),
+            mean=rec["mean"] if rec else None,
+            se=rec["se"] if rec else None,
+            calls_per_episode=rec["calls_per_episode"] if rec else None,
+            tokens_per_episode=rec["tokens_per_episode"] if rec else None,
+            rollouts=rec["rollouts"] if rec else 0,
+            check_episodes=int(meta.get("check_episodes") or 0),
+        )
+
+    def _decide(
+        self, incumbent: str, challengers: list[CandidateResult], version: int
+    ) -> tuple[bool, str, str]:
+        """Test every scored challenger against the incumbent; the best-ranked one that passes wins."""
+        inc = self.archive.get(incumbent).eval(version)
+        if inc is None or not challengers:
+            return False, "no scored challenger", incumbent
+        passing = []
+        for r in challengers:
+            rec = self.archive.get(r.id).eval(version)
+            if rec is None:
+                continue
+            d = self.rule.decide(inc, rec)
+            r.decision = d.reason
+            r.gain, r.gain_se = d.numbers.get("gain"), d.numbers.get("se")
+            if d.accept:
+                passing.append((rank_key(r.id, rec), r, d))
+        if not passing:
+            best = max((r for r in challengers if r.gain is not None), key=lambda r: r.gain, default=None)
+            why = f"{best.id} {best.decision}" if best else "no scored challenger"
+            return False, f"kept {incumbent}: {why}", incumbent
+        _, r, d = min(passing, key=lambda x: x[0])
+        return True, f"accepted {r.id}: {d.reason}", r.id
+
+    def _charged(self, origin: dict[str, Any]) -> int:
+        total = 0
+        for cand in self.archive.candidates():
+            for v in cand.versions():
+                rec = cand.eval(v)
+                if rec and rec.get("origin") == origin:
+                    total += int(rec["rollouts"])
+        return total
+
+    def _rule_text(self) -> str:
+        describe = getattr(self.rule, "describe", None)
+        return describe() if describe else type(self.rule).__name__
+
+
+def make_proposer(config: MetaHarnessConfig, env_kwargs: dict[str, Any] | None = None) -> Proposer:
+    """The proposer ``config.proposer`` names."""
+    if config.proposer == "llm":
+        from whale_train.meta_harness.llm_proposer import LLMProposer
+
+        return LLMProposer.from_config(config, env_kwargs)
+    from whale_train.meta_harness.offline import OfflineProposer
+
+    return OfflineProposer()
