@@ -25,6 +25,7 @@ from rich.table import Table
 
 import whale_envs
 from whale_envs.tasks import SPLIT_NAMES, SPLITS, TaskSourceError, source_kinds, split_ids
+from whale_train.meta_harness.cli import add_parser as add_search_parser
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)  # one line per error, never wrapped
@@ -295,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=100, help="number of test puzzles")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)
+    add_search_parser(sub)
     return parser
 
 

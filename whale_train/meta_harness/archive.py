@@ -113,10 +113,15 @@ class Candidate:
 
 
 class Archive:
-    """Read and write one archive folder (see the module docstring). One writer at a time."""
+    """Read and write one archive folder (see the module docstring). One writer at a time; readers
+    (``readonly=True``) may look while it works."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, *, readonly: bool = False):
         self.root = Path(root)
+        if readonly:
+            if not self.root.is_dir():
+                raise FileNotFoundError(f"no archive folder {self.root}")
+            return
         self.root.mkdir(parents=True, exist_ok=True)
         self._clean()
 

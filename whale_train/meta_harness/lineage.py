@@ -13,7 +13,7 @@ def _score(rec: dict | None) -> str:
 
 
 def lineage_report(archive_dir: str | Path, hypothesis_chars: int = 400) -> str:
-    archive = Archive(archive_dir)
+    archive = Archive(archive_dir, readonly=True)
     settings = archive.settings() or {}
     records = archive.records()
     cands = archive.candidates()

@@ -40,6 +40,13 @@ class ArchiveTools:
             raise ToolError(f"{path!r} does not exist")
         return target
 
+    def _inside(self, p: Path) -> bool:
+        """Whether ``p`` (a link followed to its target) is a visible part of the archive."""
+        target = p.resolve()
+        if target != self.root and self.root not in target.parents:
+            return False
+        return not any(part.startswith(".") for part in p.relative_to(self.root).parts)
+
     def _rel(self, p: Path) -> str:
         return str(p.relative_to(self.root)) or "."
 
@@ -50,7 +57,7 @@ class ArchiveTools:
             raise ToolError(f"{path!r} is a file; use read_file")
         lines = []
         for p in sorted(folder.iterdir()):
-            if p.name.startswith("."):
+            if not self._inside(p):
                 continue
             lines.append(f"{self._rel(p)}/" if p.is_dir() else f"{self._rel(p)}  ({p.stat().st_size} bytes)")
         return "\n".join(lines) or "(empty)"
@@ -80,7 +87,7 @@ class ArchiveTools:
         out = []
         for file in files:
             rel = file.relative_to(self.root)
-            if any(part.startswith(".") for part in rel.parts) or file.suffix not in TEXT_SUFFIXES:
+            if not self._inside(file) or file.suffix not in TEXT_SUFFIXES:
                 continue
             with open(file, encoding="utf-8", errors="replace") as fh:
                 for n, line in enumerate(fh, 1):

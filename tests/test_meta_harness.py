@@ -1,0 +1,455 @@
+"""Meta-Harness search: the archive, the gates, the acceptance rule, the offline proposer, prompt-only
+mode, the archive tools and the lineage report, on scripted models (seconds, no weights)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import os
+import re
+
+import gymnasium as gym
+import pytest
+
+import whale_envs  # noqa: F401
+from harnesses.loader import harness_from_source, load_harness
+from harnesses.validate import validate_source
+from whale_train.llm.scripted import ScriptedLLM
+from whale_train.meta_harness import (
+    Archive,
+    HarnessSearch,
+    MetaHarnessConfig,
+    OfflineProposer,
+    PairedGain,
+    Proposal,
+    ProposalContext,
+)
+from whale_train.meta_harness.archive import STAGING_DIR
+from whale_train.meta_harness.library import key, libraries
+from whale_train.meta_harness.lineage import lineage_report
+from whale_train.meta_harness.prompt_only import PROMPT_EDITS, prompt_only_violation
+from whale_train.meta_harness.tools import ArchiveTools, ToolError
+from whale_train.rollout import RolloutConfig, run_rollouts
+
+MATH = "whale/Math-v0"
+FAST = {"harness_tasks": 16, "check_tasks": 4, "concurrency": 16}
+
+
+def math_answers() -> dict[str, str]:
+    env = gym.make(MATH, split="harness").unwrapped
+    return {env.source.get(t).payload.question: env.source.get(t).payload.answer for t in env.task_ids}
+
+
+def tool_shy_math_model() -> ScriptedLLM:
+    """Knows every answer, but when a prompt offers the Python tool it only says "I think so"."""
+    answers = math_answers()
+
+    def reply(prompt: str) -> str:
+        m = re.search(r"Problem: (.+)", prompt)
+        if not m or "To run Python" in prompt:
+            return "I think so"
+        return "\\boxed{" + answers.get(m.group(1).strip(), "0") + "}"
+
+    return ScriptedLLM(reply)
+
+
+class Fixed:
+    """A proposer that returns the given (source, hypothesis) pairs, in turn."""
+
+    name = "fixed"
+
+    def __init__(self, sources: list[str]):
+        self.sources = sources
+
+    def propose(self, ctx: ProposalContext) -> list[Proposal]:
+        return [
+            Proposal(self.sources[s % len(self.sources)], f"fixed {s}", [ctx.incumbent]) for s in ctx.slots
+        ]
+
+
+# ------------------------------------------------------------------------------------ config
+
+
+def test_config_yaml_section_and_unknown_keys(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("search:\n  candidates: 2\n  harness_tasks: 32\n  prompt_only: true\n")
+    config = MetaHarnessConfig.from_yaml(path)
+    assert (config.candidates, config.harness_tasks, config.prompt_only) == (2, 32, True)
+    with pytest.raises(ValueError, match="unknown search option"):
+        MetaHarnessConfig.from_dict({"candidate": 3})
+    with pytest.raises(ValueError, match="needs llm_base_url"):
+        MetaHarnessConfig.from_dict({"proposer": "llm"})
+
+
+# ------------------------------------------------------------------------------------ archive
+
+
+def test_archive_writes_are_atomic_and_a_killed_writer_leaves_nothing_half_written(tmp_path):
+    archive = Archive(tmp_path / "a")
+    archive.add("i001-c0", "x = 1\n", {"parents": ["h0"]})
+    assert archive.ids() == ["i001-c0"] and archive.get("i001-c0").meta["status"] == "proposed"
+    with pytest.raises(FileExistsError):
+        archive.add("i001-c0", "x = 2\n", {})
+    # what a run killed mid-write leaves: a staging folder and a temporary file
+    half = tmp_path / "a" / STAGING_DIR / "i001-c1-999"
+    half.mkdir(parents=True)
+    (half / "harness.py").write_text("partial")
+    stray = tmp_path / "a" / "i001-c0" / "meta.json.tmp-999"
+    stray.write_text("{")
+    assert Archive(tmp_path / "a", readonly=True).ids() == ["i001-c0"]  # readers never see them
+    archive = Archive(tmp_path / "a")  # the next writer cleans them up
+    assert not (tmp_path / "a" / STAGING_DIR).exists() and not stray.exists()
+    assert archive.ids() == ["i001-c0"] and archive.get("i001-c0").source == "x = 1\n"
+    archive.add("i002-c0", "y", {})
+    archive.add("h0", "z", {})
+    assert archive.ids() == ["h0", "i001-c0", "i002-c0"]  # the seed first, then by iteration and slot
+    with pytest.raises(ValueError, match="bad candidate id"):
+        archive.add("../evil", "x", {})
+
+
+# ------------------------------------------------------------------------------------ acceptance
+
+
+def test_paired_gain_accepts_only_beyond_noise_and_reports_its_numbers():
+    inc = {"per_task": {f"t{i}": float(i % 2) for i in range(100)}}
+    better = {"per_task": {f"t{i}": 1.0 for i in range(100)}}
+    noisy = {"per_task": {f"t{i}": float(i % 2 if i > 4 else 1) for i in range(100)}}
+    rule = PairedGain(z=2.0)
+    d = rule.decide(inc, better)
+    assert d.accept and d.numbers["gain"] == pytest.approx(0.5) and d.numbers["tasks"] == 100
+    assert "paired gain +50.0" in d.reason
+    d = rule.decide(inc, noisy)  # +3 points, SE 1.7: within the noise
+    assert not d.accept and d.numbers["gain"] == pytest.approx(0.03) and 1.5 < d.numbers["z"] < 2
+    assert not PairedGain(z=0, min_gain=0.05).decide(inc, noisy).accept
+    assert not rule.decide(inc, inc).accept
+
+
+# ------------------------------------------------------------------------------------ library
+
+
+@pytest.mark.parametrize("domain", ["chess", "math", "search"])
+def test_every_combination_of_mechanisms_renders_valid_readable_source(domain):
+    lib = libraries()[domain]
+    seen = set()
+    for combo in itertools.product(*[list(v) for v in lib.slots.values()]):
+        genome = copy.deepcopy(lib.h0)
+        genome["slots"] = dict(zip(lib.slots, combo, strict=True))
+        genome["examples"] = [
+            {"question": "q?", "answer": "2", "fen": "8/8/8/8/8/8/8/K6k w - - 0 1", "move": "a1a2"}
+        ]
+        source = lib.render(genome, "i001-c0", "A test candidate.")
+        assert validate_source(source).class_name == "Candidate"
+        seen.add(key(genome, lib))
+    assert len(seen) == len(list(itertools.product(*lib.slots.values())))
+
+
+@pytest.mark.parametrize(
+    ("env_id", "harness", "reply"),
+    [
+        (
+            "whale/Chess-v0",
+            "chess_puzzles/h0",
+            lambda p: "<move>" + p.split("Legal moves: ")[1].split()[len(p) % 3],
+        ),
+        (MATH, "math/h0", lambda p: "python: print(2)" if len(p) % 2 else f"\\boxed{{{len(p) % 7}}}"),
+        (
+            "whale/SearchQA-v0",
+            "search_qa/h0",
+            lambda p: f"<search>{p[10:30]}</search><answer>{p[-12:]}</answer>",
+        ),
+    ],
+)
+def test_the_h0_genome_behaves_exactly_like_the_shipped_h0(env_id, harness, reply):
+    domain = {"whale/Chess-v0": "chess", MATH: "math", "whale/SearchQA-v0": "search"}[env_id]
+    lib = libraries()[domain]
+    ref = harness_from_source(lib.render(lib.h0, "h0-genome", "h0 as a genome."), "h0-genome")
+    ids = gym.make(env_id, split="harness").unwrapped.task_ids[:6]
+    config = RolloutConfig(k=2, seed=3, concurrency=12)
+    a = run_rollouts(
+        load_harness(harness), env_id, ScriptedLLM(reply), ids, env_kwargs={"split": "harness"}, config=config
+    )
+    b = run_rollouts(ref, env_id, ScriptedLLM(reply), ids, env_kwargs={"split": "harness"}, config=config)
+    assert [[c.prompt_text for c in t.calls] for t in a] == [[c.prompt_text for c in t.calls] for t in b]
+    assert [[s.action for s in t.steps] for t in a] == [[s.action for s in t.steps] for t in b]
+    assert [t.reward for t in a] == [t.reward for t in b]
+    assert sum(len(t.calls) for t in a) >= 6
+
+
+# ------------------------------------------------------------------------------------ search
+
+
+@pytest.fixture(scope="module")
+def math_search(tmp_path_factory):
+    """Two iterations of the offline search on the tool-shy model (h0 scores 0; tool: none scores 100)."""
+    llm = tool_shy_math_model()
+    folder = tmp_path_factory.mktemp("search") / "archive"
+    lines: list[str] = []
+    search = HarnessSearch(MetaHarnessConfig(**FAST), folder, llm, MATH, log=lines.append)
+    reports = search.run(2)
+    return search, reports, lines, llm
+
+
+def test_search_finds_the_mechanism_the_failures_point_to(math_search):
+    search, reports, lines, _ = math_search
+    rescore, first, second = reports
+    assert (
+        rescore.kind == "rescore" and rescore.candidates[0].id == "h0" and rescore.candidates[0].mean == 0.0
+    )
+    assert first.kind == "iteration" and first.iteration == 1 and len(first.candidates) == 3
+    assert first.accepted and first.improved and search.incumbent_id == first.incumbent != "h0"
+    winner = search.archive.get(first.incumbent)
+    assert winner.meta["genome"]["slots"]["tool"] == "none" and winner.eval(0)["mean"] == 1.0
+    assert "paired gain +100.0" in first.reason and "z = inf" in first.reason
+    assert first.incumbent_before == "h0" and first.rule.startswith("paired gain")
+    # h0's failures were parse errors: every first-iteration proposal targets them
+    h0_stats = search.archive.get("h0").eval(0)["stats"]
+    assert h0_stats["parse"] == 1.0 and h0_stats["solved"] == 0.0
+    assert all("parse" in c.hypothesis for c in first.candidates)
+    assert search.incumbent.name == first.incumbent and "class Candidate" in search.incumbent.source
+    assert not second.accepted and second.incumbent == first.incumbent
+    assert any(line.startswith("iteration 1 (model v0): accepted") for line in lines)
+
+
+def test_every_scored_rollout_is_counted_once_and_checks_are_reported_apart(math_search):
+    search, reports, _, llm = math_search
+    tasks = FAST["harness_tasks"]
+    assert reports[0].rollouts == tasks and reports[0].check_episodes == 0
+    for r in reports[1:]:
+        valid = [c for c in r.candidates if c.status == "valid"]
+        assert r.rollouts == tasks * len(valid) == sum(c.rollouts for c in r.candidates)
+        assert r.check_episodes == sum(c.check_episodes for c in r.candidates) > 0
+    evals = [c.eval(0) for c in search.archive.candidates()]
+    assert sum(e["rollouts"] for e in evals if e) == sum(r.rollouts for r in reports)
+    # a completed step is returned as stored, nothing re-run or re-counted
+    calls = len(llm.calls)
+    again = search.iterate(0, iteration=1)
+    assert again.to_dict() == reports[1].to_dict() and again["rollouts"] == reports[1].rollouts
+    assert search.rescore(0).rollouts == tasks and len(llm.calls) == calls
+    with pytest.raises(ValueError, match="iteration 9 cannot run now"):
+        search.iterate(0, iteration=9)
+
+
+def test_the_archive_holds_source_meta_evals_and_traces_per_model_version(math_search):
+    search, reports, _, _ = math_search
+    cand = search.archive.get(reports[1].incumbent)
+    meta = cand.meta
+    for field in ("id", "parents", "proposer", "hypothesis", "components", "created", "status", "check"):
+        assert field in meta
+    assert meta["proposer"] == "offline" and meta["parents"] == ["h0"] and meta["status"] == "valid"
+    assert meta["components"]["tool"] == "none" and meta["change"] == "mechanism"
+    rec = cand.eval(0)
+    assert set(rec["per_task"]) == set(search.task_ids) and rec["origin"] == {
+        "kind": "iteration",
+        "iteration": 1,
+    }
+    for field in ("mean", "se", "failures", "llm_calls", "prompt_tokens", "completion_tokens", "stats"):
+        assert field in rec
+    traces = cand.traces(0)
+    assert len(traces) == FAST["harness_tasks"] and all(t.harness == cand.id for t in traces)
+    assert traces[0].calls and traces[0].calls[0].prompt_ids is None  # text kept, token ids dropped
+    assert traces[0].final_info["answer"] == "<hidden>"  # no gold answer for a proposer to copy
+    settings = search.archive.settings()
+    assert settings["task_ids"] == search.task_ids and len(search.task_ids) == FAST["harness_tasks"]
+    assert search.archive.get("h0").source == load_harness("math/h0").source
+
+
+def test_a_new_model_version_rescores_incumbent_and_frontier(math_search, tmp_path):
+    search, reports, _, llm = math_search
+    frontier = search.frontier(0)
+    assert frontier[0] == search.incumbent_id and len(frontier) == 3
+    llm.version = 1
+    try:
+        rescore = search.rescore(1)
+        assert rescore.kind == "rescore" and rescore.model_version == 1
+        assert [c.id for c in rescore.candidates] == [search.incumbent_id] + [
+            f for f in frontier if f != frontier[0]
+        ]
+        assert rescore.rollouts == FAST["harness_tasks"] * len(frontier)
+        assert all(search.archive.get(c).eval(1) is not None for c in frontier)
+        with pytest.raises(ValueError, match="LLM is at version 1"):
+            search.iterate(0)
+    finally:
+        llm.version = 0
+
+
+def test_failed_validation_and_check_harness_are_recorded_with_their_reason(tmp_path):
+    no_model = (
+        "from harnesses.base import Harness\n\nclass Lazy(Harness):\n"
+        "    def run(self, env, llm):\n        env.reset()\n        env.step('answer: 4')\n"
+    )
+    bad_import = "import os\nfrom harnesses.base import Harness\n\nclass H(Harness):\n    pass\n"
+    proposer = Fixed([bad_import, no_model])
+    config = MetaHarnessConfig(**{**FAST, "candidates": 2})
+    search = HarnessSearch(config, tmp_path / "a", tool_shy_math_model(), MATH, proposer=proposer)
+    report = search.iterate()
+    first, second = report.candidates
+    assert first.status == "invalid" and first.reason.startswith("validation:") and "'os'" in first.reason
+    assert second.status == "invalid" and second.reason.startswith("check_harness:")
+    assert "no LLM call recorded" in second.reason and second.check_episodes > 0
+    assert report.rollouts == FAST["harness_tasks"]  # only the seed's scoring (this iteration re-scored it)
+    assert report.rescore_rollouts == FAST["harness_tasks"] and not report.accepted
+    assert search.archive.get("i001-c0").meta["reason"] == first.reason
+    assert "**invalid**" in lineage_report(tmp_path / "a")
+
+
+# ------------------------------------------------------------------------------------ offline proposer
+
+
+def _context(archive: Archive, iteration: int, slots: list[int], **kw) -> ProposalContext:
+    return ProposalContext(
+        archive,
+        "math",
+        MATH,
+        iteration,
+        slots,
+        0,
+        kw.get("incumbent", "h0"),
+        kw.get("frontier", ["h0"]),
+        0,
+        "h0",
+    )
+
+
+def test_offline_proposer_is_deterministic_and_a_resumed_iteration_gets_the_same_plan(math_search):
+    search, _, _, _ = math_search
+    before = search.archive.record("iteration", 1)  # where the search stood when iteration 2 began
+    where = {"incumbent": before["incumbent"], "frontier": before["frontier"]}
+    a = OfflineProposer().propose(_context(search.archive, 2, [0, 1, 2], **where))
+    b = OfflineProposer().propose(_context(search.archive, 2, [0, 1, 2], **where))
+    assert [p.source for p in a] == [p.source for p in b] and len(a) == 3
+    only_last = OfflineProposer().propose(_context(search.archive, 2, [2], **where))
+    assert [p.source for p in only_last] == [a[2].source]
+    stored = [search.archive.get(f"i002-c{s}").source for s in range(3)]
+    assert [
+        p.source for p in a
+    ] == stored  # what the search proposed at iteration 2, even with i002-* on disk
+    assert all(validate_source(p.source) for p in a)
+
+
+def test_offline_proposer_never_makes_two_constant_changes_in_a_row(tmp_path):
+    lib = libraries()["math"]
+    archive = Archive(tmp_path / "a")
+    archive.add(
+        "h0",
+        load_harness("math/h0").source,
+        {"parents": [], "genome": lib.h0, "proposer": "seed"},
+        status="valid",
+    )
+    # the last proposal was a pure constant change, and h0's traces point only at constants (truncation)
+    genome = copy.deepcopy(lib.h0)
+    genome["constants"]["max_tokens"] = 96
+    archive.add(
+        "i001-c0",
+        lib.render(genome, "i001-c0", "x"),
+        {"parents": ["h0"], "genome": genome, "proposer": "offline", "change": "constant"},
+        status="valid",
+    )
+    stats = {"solved": 0.0, "parse": 0.0, "wrong": 0.0, "truncated": 1.0}
+    record = {
+        "mean": 0.0,
+        "se": 0.0,
+        "tasks": 1,
+        "rollouts": 1,
+        "per_task": {"t": 0.0},
+        "failures": {},
+        "calls_per_episode": 1.0,
+        "stats": stats,
+    }
+    archive.write_eval("h0", 0, record, None)
+    plan = OfflineProposer().propose(_context(archive, 2, [0, 1, 2]))
+    changes = [p.change for p in plan]
+    assert changes[0] != "constant"
+    assert all(not (x == y == "constant") for x, y in itertools.pairwise(changes))
+
+
+def test_offline_prompt_only_changes_only_prompt_text(tmp_path):
+    config = MetaHarnessConfig(**{**FAST, "prompt_only": True})
+    search = HarnessSearch(config, tmp_path / "a", tool_shy_math_model(), MATH)
+    report = search.iterate()
+    assert len(report.candidates) == 3 and all(c.change == "prompt" for c in report.candidates)
+    seed = search.archive.get("h0").source
+    for c in report.candidates:
+        assert c.status == "valid" and prompt_only_violation(seed, search.archive.get(c.id).source) is None
+    # the edit that drops the tool offer is the one that works on this model
+    assert report.accepted and search.archive.get(report.incumbent).meta["components"]["edits"] == [
+        "no-tool-offer"
+    ]
+
+
+def test_prompt_only_mode_rejects_a_candidate_whose_code_differs(tmp_path):
+    seed = load_harness("math/h0").source
+    text_only = seed.replace("Put the final answer", "Write the final answer")
+    code_change = seed.replace('return f"answer: {boxed}" if boxed else None', 'return f"answer: {boxed}"')
+    assert text_only != seed and code_change != seed
+    config = MetaHarnessConfig(**{**FAST, "prompt_only": True, "candidates": 2})
+    search = HarnessSearch(
+        config, tmp_path / "a", tool_shy_math_model(), MATH, proposer=Fixed([text_only, code_change])
+    )
+    a, b = search.iterate().candidates
+    assert a.status == "valid"
+    assert b.status == "invalid" and b.reason.startswith("prompt-only:") and "line" in b.reason
+
+
+def test_prompt_only_violation_masks_strings_and_fstring_text_only():
+    seed = 'def f(x):\n    """Doc."""\n    return f"a {x} b" + "c"\n'
+    assert prompt_only_violation(seed, 'def f(x):\n    """Other."""\n    return f"zz {x}" + "yy"\n') is None
+    assert "line 3" in prompt_only_violation(
+        seed, 'def f(x):\n    """Doc."""\n    return f"a {x + 1} b" + "c"\n'
+    )
+    assert prompt_only_violation(seed, 'def f(y):\n    """Doc."""\n    return f"a {y} b" + "c"\n')
+    assert prompt_only_violation(seed, 'def f(x):\n    """Doc."""\n    return f"a {x} b" + "c" + x\n')
+    for domain, harness in (("chess", "chess_puzzles/h0"), ("math", "math/h0"), ("search", "search_qa/h0")):
+        source = load_harness(harness).source
+        for edit in PROMPT_EDITS[domain]:
+            assert edit.applies(source), (domain, edit.key)
+            edited = edit.apply(source)
+            assert edited != source and prompt_only_violation(source, edited) is None, (domain, edit.key)
+            validate_source(edited)
+
+
+# ------------------------------------------------------------------------------------ tools and report
+
+
+def test_archive_tools_see_the_archive_and_nothing_else(math_search, tmp_path):
+    search, _, _, _ = math_search
+    root = search.archive.root
+    (root.parent / "test.json").write_text('{"secret": 1}')
+    os.symlink(root.parent / "test.json", root / "link.json")
+    try:
+        tools = ArchiveTools(root)
+        listing = tools.list_files(".")
+        assert "h0/" in listing and "search/" in listing and STAGING_DIR not in listing
+        assert "class MathH0" in tools.read_file("h0/harness.py")
+        assert tools.read_file("h0/harness.py", offset=5, length=10).startswith(
+            load_harness("math/h0").source[5:15]
+        )
+        assert "i001-c" in tools.grep(r'"tool": "none"', ".")
+        for bad in (
+            "../test.json",
+            "/etc/passwd",
+            "link.json",
+            "~/x",
+            f"{STAGING_DIR}/x",
+            "h0/../../test.json",
+        ):
+            with pytest.raises(ToolError):
+                tools.read_file(bad)
+        with pytest.raises(ToolError):
+            tools.grep("secret", "..")
+        assert "secret" not in tools.grep("secret", ".")
+    finally:
+        (root / "link.json").unlink()
+
+
+def test_lineage_report_shows_the_tree_scores_hypotheses_and_decisions(math_search):
+    search, reports, _, _ = math_search
+    text = lineage_report(search.archive.root)
+    winner = reports[1].incumbent
+    assert text.startswith("# Harness search on whale/Math-v0")
+    assert f"★ `{winner}` tool: offer -> none [offline]" in text
+    assert "- `h0` seed (math/h0) — v0 0.0 ± 0.0" in text
+    assert f"  - ★ `{winner}`" in text  # a child of h0 in the tree
+    assert "accepted at iteration 1" in text and "| 1 | iteration 1 | v0 |" in text
+    assert "Aimed at: " in text and "100.0 ± 0.0" in text
+    assert json.loads((search.archive.root / "search" / "iterations" / "001.json").read_text())["accepted"]

@@ -1,0 +1,233 @@
+"""``whale search`` (harness-only search on a frozen model) and ``whale lineage`` (the archive report).
+
+    whale search --env whale/Math-v0 --iterations 4 [--model DIR] [--tasks SPEC] [--out DIR]
+                 [--proposer offline|llm] [--prompt-only] [--config search.yaml] [--set key=value ...]
+
+writes ``OUT/archive/`` (the search), ``OUT/lineage.md`` and ``OUT/results.json``, and scores the seed
+and the final incumbent on the held-out ``test`` split (``OUT/test/``, outside the archive, so no
+proposer ever reads it). Running the same command again resumes the search where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from whale_train.meta_harness.archive import Archive, atomic_write_json, atomic_write_text
+from whale_train.meta_harness.config import MetaHarnessConfig
+from whale_train.meta_harness.lineage import lineage_report
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``whale search`` and ``whale lineage`` on the ``whale`` command's subparsers."""
+    p = subparsers.add_parser(
+        "search",
+        help="harness-only search (Meta-Harness) on a frozen model",
+        description="Propose, check and score new harnesses for a frozen model; keep the best. Resumes an "
+        "existing --out. The seed and the final incumbent are also scored on the held-out test split.",
+    )
+    p.add_argument("--env", required=True, help="env id, e.g. whale/Math-v0")
+    p.add_argument(
+        "--iterations", type=int, required=True, help="search iterations in total (resumed ones count)"
+    )
+    p.add_argument("--model", default=None, help="model directory or id (default: the shipped tiny model)")
+    p.add_argument("--backend", default="transformers", choices=["transformers", "openai", "vllm"])
+    p.add_argument("--base-url", default=None, help="server URL for --backend openai")
+    p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
+    p.add_argument("--harness", default=None, help="the seed harness (default: the domain's h0)")
+    p.add_argument("--out", default=None, help="output folder (default: runs/search-<domain>)")
+    p.add_argument("--proposer", default=None, choices=["offline", "llm"])
+    p.add_argument(
+        "--prompt-only", action="store_true", help="change only the seed's prompt text (FST baseline)"
+    )
+    p.add_argument("--config", default=None, help="a YAML file of MetaHarnessConfig fields")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    p.add_argument("--harness-tasks", type=int, default=None, help="search tasks per candidate (default 256)")
+    p.add_argument("--candidates", type=int, default=None, help="candidates per iteration (default 3)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--llm-base-url", default=None, help="the LLM proposer's OpenAI-compatible endpoint")
+    p.add_argument("--llm-model", default=None, help="the LLM proposer's model name")
+    p.add_argument("--test-limit", type=int, default=256, help="test-split tasks to score (0: skip)")
+    p.add_argument("--test-k", type=int, default=1, help="samples per test task")
+    p.set_defaults(func=cmd_search)
+
+    p = subparsers.add_parser("lineage", help="the markdown lineage report of a harness archive")
+    p.add_argument(
+        "archive", help="an archive folder (OUT/archive of whale search, RUN/archive of whale train)"
+    )
+    p.add_argument("--out", default=None, help="write the report here instead of printing it")
+    p.set_defaults(func=cmd_lineage)
+
+
+def search_config(args: argparse.Namespace) -> MetaHarnessConfig:
+    data: dict[str, Any] = {}
+    if args.config:
+        loaded = yaml.safe_load(Path(args.config).read_text()) or {}
+        data.update(loaded.get("search", loaded) if isinstance(loaded.get("search"), dict) else loaded)
+    flags = {
+        "harness_tasks": args.harness_tasks,
+        "candidates": args.candidates,
+        "seed": args.seed,
+        "proposer": args.proposer,
+        "llm_base_url": args.llm_base_url,
+        "llm_model": args.llm_model,
+    }
+    data.update({k: v for k, v in flags.items() if v is not None})
+    if args.prompt_only:
+        data["prompt_only"] = True
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        data[key.strip()] = yaml.safe_load(value)
+    return MetaHarnessConfig.from_dict(data)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from harnesses.loader import load_harness
+    from whale_train.llm import load_llm
+    from whale_train.meta_harness.search import DOMAINS, HarnessSearch
+
+    console = Console()
+    if args.env not in DOMAINS:
+        console.print(f"[red]error:[/red] unknown env {args.env!r}; known: {', '.join(DOMAINS)}")
+        return 2
+    config = search_config(args)
+    out = Path(args.out or f"runs/search-{DOMAINS[args.env][0]}")
+    env_kwargs = {"tasks": args.tasks} if args.tasks else {}
+    kwargs = {"base_url": args.base_url} if args.backend == "openai" else {}
+    llm = load_llm(args.backend, args.model, **kwargs)
+    seed = load_harness(args.harness) if args.harness else None
+    start = time.monotonic()
+    search = HarnessSearch(
+        config,
+        out / "archive",
+        llm,
+        args.env,
+        env_kwargs,
+        seed_harness=seed,
+        log=lambda m: console.print(m, highlight=False),
+    )
+    reports = search.run(args.iterations)
+    search_seconds = time.monotonic() - start
+    version = int(getattr(llm, "version", 0))
+    archive = search.archive
+    seed_rec, inc_rec = (
+        archive.get(search.seed_id).eval(version),
+        archive.get(search.incumbent_id).eval(version),
+    )
+    results: dict[str, Any] = {
+        "env": args.env,
+        "model_version": version,
+        "seed": search.seed_id,
+        "incumbent": search.incumbent_id,
+        "iterations": args.iterations,
+        "rollouts": sum(r.rollouts for r in archive_reports(archive)),
+        "check_episodes": sum(r.get("check_episodes", 0) for r in archive.records()),
+        "search_seconds_this_run": round(search_seconds, 1),
+        "search": {"seed": _brief(seed_rec), "incumbent": _brief(inc_rec)},
+    }
+    if args.test_limit:
+        results["test"] = {
+            name: test_score(search, cid, out / "test", args.test_limit, args.test_k)
+            for name, cid in (("seed", search.seed_id), ("incumbent", search.incumbent_id))
+        }
+    atomic_write_json(out / "results.json", results)
+    atomic_write_text(out / "lineage.md", lineage_report(out / "archive"))
+    _print(console, results, reports)
+    console.print(f"wrote {out / 'lineage.md'}, {out / 'results.json'} and the archive {out / 'archive'}")
+    return 0
+
+
+def archive_reports(archive: Archive) -> list[Any]:
+    from whale_train.meta_harness.search import IterationReport
+
+    return [IterationReport.from_dict(r) for r in archive.records()]
+
+
+def _brief(rec: dict[str, Any] | None) -> dict[str, Any] | None:
+    if rec is None:
+        return None
+    return {k: rec[k] for k in ("mean", "se", "tasks", "rollouts", "calls_per_episode", "tokens_per_episode")}
+
+
+def test_score(search: Any, cid: str, folder: Path, limit: int, k: int) -> dict[str, Any]:
+    """mean@k of candidate ``cid`` on the first ``limit`` tasks of the ``test`` split (measured, not charged).
+
+    Stored in ``folder`` (outside the archive) and reused when the same candidate and model version
+    were scored before.
+    """
+    import gymnasium as gym
+
+    from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
+
+    version = int(getattr(search.llm, "version", 0))
+    path = folder / f"{cid}-v{version}-n{limit}-k{k}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    env = gym.make(search.env_id, split="test", **search.env_kwargs).unwrapped
+    ids = env.task_ids[:limit]
+    config = RolloutConfig(k=k, seed=10_000 + search.config.seed, concurrency=search.config.concurrency)
+    start = time.monotonic()
+    trajs = run_rollouts(
+        search.archive.get(cid).ref(),
+        search.env_id,
+        search.llm,
+        ids,
+        env_kwargs={**search.env_kwargs, "split": "test"},
+        config=config,
+    )
+    s = summarize(trajs)
+    result = {
+        "candidate": cid,
+        "model_version": version,
+        "k": k,
+        "tasks": s["tasks"],
+        "mean": s["mean"],
+        "se": s["se"],
+        "failures": s["failures"],
+        "wall_seconds": round(time.monotonic() - start, 1),
+    }
+    write_jsonl(trajs, path.with_suffix(".traces.jsonl"))
+    atomic_write_json(path, result)
+    return result
+
+
+def _print(console: Any, results: dict[str, Any], reports: list[Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"harness search on {results['env']} (model v{results['model_version']})")
+    for col in ("harness", "search split %", "test split %"):
+        table.add_column(col, justify="right" if col != "harness" else "left")
+    for name in ("seed", "incumbent"):
+        s = results["search"][name]
+        t = (results.get("test") or {}).get(name)
+        table.add_row(
+            f"{name} ({results[name]})",
+            f"{100 * s['mean']:.1f} ± {100 * s['se']:.1f}" if s else "–",
+            f"{100 * t['mean']:.1f} ± {100 * t['se']:.1f} (n={t['tasks']}, k={t['k']})" if t else "–",
+        )
+    console.print(table)
+    console.print(
+        f"{results['rollouts']} rollouts charged, {results['check_episodes']} null-model check episodes, "
+        f"{results['search_seconds_this_run']} s of search in this run"
+    )
+    for r in reports:
+        console.print(f"  {r.summary}", highlight=False)
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    report = lineage_report(args.archive)
+    if args.out:
+        atomic_write_text(args.out, report)
+        print(f"wrote {args.out}")
+    else:
+        print(report, end="")
+    return 0
