@@ -453,3 +453,35 @@ def test_lineage_report_shows_the_tree_scores_hypotheses_and_decisions(math_sear
     assert "accepted at iteration 1" in text and "| 1 | iteration 1 | v0 |" in text
     assert "Aimed at: " in text and "100.0 ± 0.0" in text
     assert json.loads((search.archive.root / "search" / "iterations" / "001.json").read_text())["accepted"]
+
+
+# ------------------------------------------------------------------------------------ command line
+
+
+@pytest.mark.slow
+def test_whale_search_command_runs_resumes_and_scores_the_test_split_outside_the_archive(
+    fresh_model_dir, tmp_path
+):
+    from whale_train.cli import main
+
+    out = tmp_path / "out"
+    search_qa = "whale/SearchQA-v0"  # the cheapest h0 for an untrained model: two short calls an episode
+    argv = ["search", "--env", search_qa, "--model", fresh_model_dir, "--iterations", "1", "--out", str(out)]
+    argv += ["--harness-tasks", "6", "--candidates", "2", "--set", "check_tasks=2", "--test-limit", "6"]
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["env"] == search_qa and results["seed"] == "h0" and results["iterations"] == 1
+    assert results["search"]["seed"]["tasks"] == 6 and results["test"]["seed"]["tasks"] == 6
+    archive = Archive(out / "archive", readonly=True)
+    valid = sum(archive.get(c).meta["status"] == "valid" for c in ("i001-c0", "i001-c1"))
+    assert valid >= 1 and results["rollouts"] == 6 + 6 * valid
+    assert sorted(p.name for p in (out / "archive").iterdir()) == ["h0", "i001-c0", "i001-c1", "search"]
+    assert list((out / "test").glob("h0-v0-n6-k1.json")) and (out / "lineage.md").read_text().startswith(
+        "# Harness"
+    )
+    mtime = (out / "archive" / "search" / "iterations" / "001.json").stat().st_mtime
+    assert main(argv) == 0  # resumed: nothing re-run
+    assert (out / "archive" / "search" / "iterations" / "001.json").stat().st_mtime == mtime
+    assert json.loads((out / "results.json").read_text())["rollouts"] == results["rollouts"]
+    assert main(["lineage", str(out / "archive"), "--out", str(tmp_path / "l.md")]) == 0
+    assert "`h0` seed (search_qa/h0)" in (tmp_path / "l.md").read_text()

@@ -173,6 +173,10 @@ class Archive:
         meta = {"id": cid, "created": now(), "status": status, "source_sha256": sha256(source), **meta}
         (staging / "meta.json").write_text(json.dumps(meta, indent=1, default=str) + "\n", encoding="utf-8")
         os.rename(staging, target)
+        try:
+            staging.parent.rmdir()
+        except OSError:
+            pass  # not empty: another candidate is being assembled
         return Candidate(cid, target)
 
     def update_meta(self, cid: str, **fields: Any) -> dict[str, Any]:
