@@ -363,6 +363,53 @@ def test_offline_proposer_never_makes_two_constant_changes_in_a_row(tmp_path):
     assert all(not (x == y == "constant") for x, y in itertools.pairwise(changes))
 
 
+@pytest.mark.parametrize(
+    ("domain", "harness", "stats", "expected"),
+    [
+        (
+            "chess",
+            "chess_puzzles/h0",
+            {"illegal": 0.8},
+            {("action", "choose"), ("action", "generate_choose")},
+        ),
+        ("chess", "chess_puzzles/h0", {"parse": 0.8}, {("output", "lenient"), ("action", "choose")}),
+        ("math", "math/h0", {"tool": 0.9}, {("tool", "none")}),
+        ("search", "search_qa/h0", {"missed": 0.9}, {("query", "question"), ("query", "keywords")}),
+    ],
+)
+def test_offline_proposer_picks_mechanisms_from_the_failure_statistics(
+    tmp_path, domain, harness, stats, expected
+):
+    lib = libraries()[domain]
+    archive = Archive(tmp_path / "a")
+    archive.add(
+        "h0",
+        load_harness(harness).source,
+        {"parents": [], "genome": lib.h0, "proposer": "seed"},
+        status="valid",
+    )
+    record = {
+        "mean": 0.1,
+        "se": 0.01,
+        "tasks": 100,
+        "rollouts": 100,
+        "per_task": {"t": 0.0},
+        "failures": {"x": 90},
+        "calls_per_episode": 1.0,
+        "stats": {"solved": 0.1, **stats},
+    }
+    archive.write_eval("h0", 0, record, None)
+    ctx = ProposalContext(archive, domain, "env", 1, [0, 1, 2], 0, "h0", ["h0"], 0, "h0")
+    first = OfflineProposer().propose(ctx)[0]
+    slot, change = first.summary.split(": ")
+    assert (slot, change.split(" -> ")[1]) in expected, first.summary
+    assert (
+        first.change == "mechanism"
+        and first.parents == ["h0"]
+        and first.genome["slots"][slot] != lib.h0["slots"][slot]
+    )
+
+
 def test_offline_prompt_only_changes_only_prompt_text(tmp_path):
     config = MetaHarnessConfig(**{**FAST, "prompt_only": True})
     search = HarnessSearch(config, tmp_path / "a", tool_shy_math_model(), MATH)
