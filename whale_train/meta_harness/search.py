@@ -309,28 +309,18 @@ class HarnessSearch:
         results = []
         for cid in members:
             results.append(self._scored_result(cid, version, origin))
-        accepted, reason, winner = self._decide(incumbent, [r for r in results if r.id != incumbent], version)
-        report = IterationReport(
-            kind="rescore",
-            iteration=None,
-            model_version=version,
-            candidates=results,
-            incumbent_before=incumbent,
-            incumbent=winner,
-            accepted=accepted,
-            reason=reason,
-            rule=self._rule_text(),
-            rollouts=self._charged(origin),
-            check_episodes=0,
-            frontier=self.frontier(version),
+        challengers = [r for r in results if r.id != incumbent]
+        return self._finish(
+            "rescore",
+            None,
+            version,
+            incumbent,
+            results,
+            challengers,
+            origin,
+            start,
             triggered_by=_by_iteration,
-            wall_seconds=round(time.monotonic() - start, 2),
-            created=now(),
         )
-        record = self.archive.write_record("rescore", version, report.to_dict())
-        report.seq = record["seq"]
-        self.log(f"rescore v{version}: {report.reason} ({report.rollouts} rollouts)")
-        return report
 
     # ------------------------------------------------------------------ iterate
 
@@ -358,9 +348,39 @@ class HarnessSearch:
                 continue
             results.append(self._validated_scored(cid, version, origin))
         challengers = [r for r in results if r.status == "valid"]
+        return self._finish(
+            "iteration",
+            iteration,
+            version,
+            incumbent,
+            results,
+            challengers,
+            origin,
+            start,
+            extra_rollouts=rescore_rollouts,
+            check_episodes=sum(r.check_episodes for r in results),
+            proposer_usage=proposer_usage,
+            proposer_error=proposer_error,
+            rescore_rollouts=rescore_rollouts,
+        )
+
+    def _finish(
+        self,
+        kind: str,
+        iteration: int | None,
+        version: int,
+        incumbent: str,
+        results: list[CandidateResult],
+        challengers: list[CandidateResult],
+        origin: dict[str, Any],
+        start: float,
+        extra_rollouts: int = 0,
+        **fields: Any,
+    ) -> IterationReport:
+        """Decide, record the step (which completes it) and log the verdict."""
         accepted, reason, winner = self._decide(incumbent, challengers, version)
         report = IterationReport(
-            kind="iteration",
+            kind=kind,
             iteration=iteration,
             model_version=version,
             candidates=results,
@@ -369,18 +389,19 @@ class HarnessSearch:
             accepted=accepted,
             reason=reason,
             rule=self._rule_text(),
-            rollouts=self._charged(origin) + rescore_rollouts,
-            check_episodes=sum(r.check_episodes for r in results),
+            rollouts=self._charged(origin) + extra_rollouts,
+            check_episodes=fields.pop("check_episodes", 0),
             frontier=self.frontier(version),
-            proposer_usage=proposer_usage,
-            proposer_error=proposer_error,
-            rescore_rollouts=rescore_rollouts,
             wall_seconds=round(time.monotonic() - start, 2),
             created=now(),
+            **fields,
         )
-        record = self.archive.write_record("iteration", iteration, report.to_dict())
+        record = self.archive.write_record(
+            kind, iteration if kind == "iteration" else version, report.to_dict()
+        )
         report.seq = record["seq"]
-        self.log(f"iteration {iteration} (model v{version}): {report.reason} ({report.rollouts} rollouts)")
+        head = f"iteration {iteration} (model v{version})" if kind == "iteration" else f"rescore v{version}"
+        self.log(f"{head}: {report.reason} ({report.rollouts} rollouts)")
         return report
 
     def run(self, iterations: int, model_version: int | None = None) -> list[IterationReport]:

@@ -151,6 +151,16 @@ def string_list(name: str, values: list[Any], comment: str) -> str:
     return f"#: {comment}\n{name} = [\n{items}]\n\n\n"
 
 
+def harvest_answered(traj: Trajectory, question: re.Pattern[str]) -> dict[str, str] | None:
+    """A task whose last step answered it (``answer: ...``): the question (``question``'s first group in
+    the first observation) and that answer."""
+    m = question.search(traj.reset_observation)
+    action = traj.steps[-1].action.strip() if traj.steps else ""
+    if not m or not action.lower().startswith("answer:"):
+        return None
+    return {"question": m.group(1).strip(), "answer": action.split(":", 1)[1].strip()}
+
+
 def libraries() -> dict[str, DomainLibrary]:
     from whale_train.meta_harness.library import chess, math, search
 

@@ -17,6 +17,7 @@ from whale_train.meta_harness.library import (
     Genome,
     class_header,
     define,
+    harvest_answered,
     join_methods,
     py,
     string_list,
@@ -271,16 +272,9 @@ def render(g: Genome, name: str) -> str:
     return prefix + join_methods(*parts)
 
 
-_PROBLEM = re.compile(r"Problem: (.+)")
-
-
 def harvest(traj: Trajectory) -> dict[str, str] | None:
-    """A problem whose last step answered it correctly: the problem text and that answer."""
-    m = _PROBLEM.search(traj.reset_observation)
-    action = traj.steps[-1].action.strip() if traj.steps else ""
-    if not m or not action.lower().startswith("answer:"):
-        return None
-    return {"question": m.group(1).strip(), "answer": action.split(":", 1)[1].strip()}
+    """A solved problem: its text and the answer given."""
+    return harvest_answered(traj, re.compile(r"Problem: (.+)"))
 
 
 LIBRARY = DomainLibrary("math", SLOTS, CONSTANTS, H0, render, harvest)

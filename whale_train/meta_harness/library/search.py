@@ -17,6 +17,7 @@ from whale_train.meta_harness.library import (
     Genome,
     class_header,
     define,
+    harvest_answered,
     join_methods,
     py,
     string_list,
@@ -244,16 +245,9 @@ def render(g: Genome, name: str) -> str:
     return prefix + join_methods(*parts)
 
 
-_QUESTION = re.compile(r"Question: (.+)")
-
-
 def harvest(traj: Trajectory) -> dict[str, str] | None:
-    """A question whose last step answered it correctly: the question and that answer."""
-    m = _QUESTION.search(traj.reset_observation)
-    action = traj.steps[-1].action.strip() if traj.steps else ""
-    if not m or not action.lower().startswith("answer:"):
-        return None
-    return {"question": m.group(1).strip(), "answer": action.split(":", 1)[1].strip()}
+    """A solved question: its text and the answer given."""
+    return harvest_answered(traj, re.compile(r"Question: (.+)"))
 
 
 LIBRARY = DomainLibrary("search", SLOTS, CONSTANTS, H0, render, harvest)
