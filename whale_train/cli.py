@@ -4,7 +4,11 @@
     whale tasks --env ID            the tasks of a source and split (ids, difficulty), for tracing results
     whale eval --env ID --harness H evaluate a harness with a model: mean@k, pass@k, traces
     whale check --env ID --harness H check_harness: does the harness work, and does it need the model?
-    whale demo                      the main job on the CPU default (grows as the trainer lands)
+    whale pretrain --out DIR        build the tiny CPU default model
+    whale search --env ID ...       harness-only Meta-Harness search
+    whale train CONFIG.yaml         WHALE or a baseline, with ledger, checkpoints, resume
+    whale report RUN_DIR...         report.md and plots from run directories
+    whale demo                      the main job on the CPU default
 
 Every command that takes ``--tasks`` takes the same spec string as ``gym.make(env_id, tasks=...)``:
 ``kind[:path][?key=value&...]`` (e.g. ``lichess``, ``lichess:puzzles.csv?min_rating=1500``, ``generated?seed=3``).
@@ -25,7 +29,6 @@ from rich.table import Table
 
 import whale_envs
 from whale_envs.tasks import SPLIT_NAMES, SPLITS, TaskSourceError, source_kinds, split_ids
-from whale_train.meta_harness.cli import add_parser as add_search_parser
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)  # one line per error, never wrapped
@@ -296,7 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=100, help="number of test puzzles")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)
-    add_search_parser(sub)
+    # Commands that live with their subsystem: each module adds its own subcommand.
+    for module in (
+        "whale_train.pretrain",
+        "whale_train.meta_harness.cli",
+        "whale_train.trainer",
+        "whale_train.report",
+    ):
+        importlib.import_module(module).add_parser(sub)
     return parser
 
 

@@ -260,7 +260,9 @@ class Trainer:
         self.bf16 = config.bf16 if config.bf16 is not None else torch.cuda.is_available()
         # One AdamW for the whole run (``keep_optimizer``), so its state can be saved and resumed.
         trainable = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            trainable, lr=config.learning_rate, weight_decay=config.weight_decay
+        )
         self._scratch = tempfile.TemporaryDirectory(prefix="whale-rsft-")
 
     def train(self, examples: list[Example]) -> tuple[float, int]:
@@ -432,7 +434,11 @@ class RSFT:
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(path)
         torch.save(
-            {"optimizer": self.trainer.optimizer.state_dict(), "steps_done": self.steps_done, "stream": self.stream.position},
+            {
+                "optimizer": self.trainer.optimizer.state_dict(),
+                "steps_done": self.steps_done,
+                "stream": self.stream.position,
+            },
             path / "rsft_state.pt",
         )
         return path
@@ -448,7 +454,9 @@ class RSFT:
             state.update(load_file(str(w)))
         missing, unexpected = self.trainer.model.load_state_dict(state, strict=False)
         if unexpected or any(not k.endswith("lm_head.weight") for k in missing):
-            raise ValueError(f"checkpoint {path} does not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+            raise ValueError(
+                f"checkpoint {path} does not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})"
+            )
         extra = torch.load(Path(path) / "rsft_state.pt", weights_only=False)
         self.trainer.optimizer.load_state_dict(extra["optimizer"])
         self.steps_done = int(extra["steps_done"])

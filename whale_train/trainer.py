@@ -1,0 +1,628 @@
+"""The WHALE trainer: alternate the weight operator (RSFT) and the harness operator (Meta-Harness
+search) under a schedule policy, on one rollout ledger, with test evaluation, checkpoints and resume.
+
+    whale train configs/math_whale.yaml [--set rsft.learning_rate=5e-5 ...] [--out runs/NAME] [--resume]
+
+The run directory::
+
+    config.yaml       the resolved config
+    ledger.jsonl      one line per event: every unit (RSFT step / harness iteration) with the rollouts it
+                      spent and its signals, every phase switch with its reason, every test evaluation
+    state.json        where the run stands (written atomically after each unit): what --resume reads
+    checkpoints/<v>/  model versions (save_pretrained + optimizer state)
+    archive/          the harness archive (candidates, scores and traces per model version)
+    eval/             test mean@k per (model version, harness)
+    tb/               TensorBoard event files
+    report.md, plots/ written by ``whale report``
+
+Resume: a unit is the grain of work. A run killed at any point restarts the unit it was in, from the
+last saved state (model weights, optimizer, task stream, archive, ledger length); rollouts are seeded
+by unit, so the rerun is identical and nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from harnesses.loader import HarnessRef, load_harness
+from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
+from whale_train.rsft import RSFT, RSFTConfig
+from whale_train.schedule import METHODS, Decision, RunState, ScheduleConfig, make_schedule
+
+DOMAIN_OF = {"whale/Chess-v0": "chess_puzzles", "whale/Math-v0": "math", "whale/SearchQA-v0": "search_qa"}
+
+
+# ------------------------------------------------------------------------------------------ config
+
+
+@dataclass
+class EvalConfig:
+    """Test evaluation (measured, never charged to the ledger).
+
+    Attributes:
+        k: samples per task (mean@k).
+        limit: tasks of the split to use (0 = all).
+        split: the held-out split.
+        every: "phase" (after every phase and at the end) or "unit" (after every unit: slow).
+    """
+
+    k: int = 8
+    limit: int = 200
+    split: str = "test"
+    every: str = "phase"
+
+
+@dataclass
+class TrainConfig:
+    """A training run. Every field can be set from YAML or with ``--set key=value`` (dotted for nested)."""
+
+    name: str = "run"
+    method: str = "whale"
+    env: str = "whale/Math-v0"
+    tasks: str | None = None
+    harness: str | None = None  # default: the domain's h0
+    model: str | None = None  # default: the shipped tiny model
+    backend: str = "transformers"
+    base_url: str | None = None
+    seed: int = 0
+    budget_rollouts: int = 20_000
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    rsft: RSFTConfig = field(default_factory=RSFTConfig)
+    search: dict[str, Any] = field(default_factory=dict)  # MetaHarnessConfig fields
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    concurrency: int = 128
+
+    def validate(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; known: {', '.join(METHODS)}")
+        if self.env not in DOMAIN_OF:
+            raise ValueError(f"unknown env {self.env!r}; known: {', '.join(DOMAIN_OF)}")
+        if self.budget_rollouts < 1:
+            raise ValueError("budget_rollouts must be positive")
+        if self.eval.every not in ("phase", "unit"):
+            raise ValueError("eval.every must be 'phase' or 'unit'")
+        self.schedule.validate()
+        self.rsft.validate()
+
+    @property
+    def harness_name(self) -> str:
+        return self.harness or f"{DOMAIN_OF[self.env]}/h0"
+
+    @property
+    def env_kwargs(self) -> dict[str, Any]:
+        return {"tasks": self.tasks} if self.tasks else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        data = dict(data)
+        nested = {"schedule": ScheduleConfig, "rsft": RSFTConfig, "eval": EvalConfig}
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown config key(s) {unknown}; known: {sorted(known)}")
+        for key, sub in nested.items():
+            if key in data and isinstance(data[key], dict):
+                sub_known = {f.name for f in dataclasses.fields(sub)}
+                bad = sorted(set(data[key]) - sub_known)
+                if bad:
+                    raise ValueError(f"unknown {key} key(s) {bad}; known: {sorted(sub_known)}")
+                data[key] = sub(**data[key])
+        config = cls(**data)
+        config.validate()
+        return config
+
+    @classmethod
+    def load(cls, path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
+        """Read a YAML config (``base: other.yaml`` merges another file first, relative to this one),
+        then apply ``key=value`` overrides (dotted keys for nested fields)."""
+        data = _read_yaml(Path(path)) if path else {}
+        for item in overrides:
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise ValueError(f"--set expects key=value, got {item!r}")
+            target = data
+            *parents, leaf = key.strip().split(".")
+            for p in parents:
+                target = target.setdefault(p, {})
+            target[leaf] = yaml.safe_load(value)
+        return cls.from_dict(data)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise FileNotFoundError(f"no config file {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    merged = _read_yaml(path.parent / base)
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+# ------------------------------------------------------------------------------------------ harness phase
+
+
+class HarnessPhase(Protocol):
+    """What the trainer needs from the harness operator (``whale_train.meta_harness``)."""
+
+    @property
+    def incumbent(self) -> HarnessRef: ...
+
+    def rescore(self, model_version: int) -> Any:
+        """Score the incumbent (and frontier) under a model version (idempotent per version); a report
+        with ``to_dict()`` holding ``rollouts``, ``improved``, ``summary``."""
+        ...
+
+    def iterate(self, model_version: int) -> Any:
+        """One search iteration (idempotent once complete); a report as for ``rescore``."""
+        ...
+
+
+def make_harness_phase(config: TrainConfig, run_dir: Path, llm: Any) -> HarnessPhase:
+    from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
+
+    options = {"seed": config.seed, **config.search}
+    if config.method == "fst":
+        options["prompt_only"] = True
+    search_config = MetaHarnessConfig.from_dict(options)
+    return HarnessSearch(
+        search_config,
+        run_dir / "archive",
+        llm,
+        config.env,
+        config.env_kwargs,
+        seed_harness=load_harness(config.harness_name),
+        log=lambda _line: None,  # the trainer logs a line per unit
+    )
+
+
+# ------------------------------------------------------------------------------------------ the run
+
+
+class Run:
+    """One training run in a run directory (see the module docstring)."""
+
+    def __init__(
+        self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False, llm: Any = None, log=print
+    ):
+        self.config = config
+        self.dir = Path(run_dir)
+        self.log = log
+        existing = (self.dir / "state.json").exists()
+        if existing and not resume:
+            raise FileExistsError(
+                f"{self.dir} holds a run already: pass --resume to continue it, or choose another --out"
+            )
+        if resume and not existing and (self.dir / "config.yaml").exists():
+            pass  # killed before the first unit finished: start over in place
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if resume and (self.dir / "config.yaml").exists():
+            saved = yaml.safe_load((self.dir / "config.yaml").read_text())
+            if saved != json.loads(json.dumps(config.to_dict())):
+                raise ValueError(
+                    f"{self.dir}/config.yaml differs from the config given: resume with the same config"
+                )
+        _atomic_write(self.dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+        self.llm = llm if llm is not None else self._load_llm()
+        self.schedule = make_schedule(config.method, config.schedule)
+        self.rsft: RSFT | None = None
+        self.search: HarnessPhase | None = None
+        self.harness = load_harness(config.harness_name)
+        self.state = RunState(budget=config.budget_rollouts)
+        self.units = 0
+        self.ledger_lines = 0
+        self.evaluated: set[str] = set()
+        self.rescored: set[int] = set()  # model versions whose harness re-scoring the ledger has charged
+        self.started = time.monotonic()
+        self.elapsed_before = 0.0
+        self._writer = None
+        if resume and existing:
+            self._restore()
+
+    # -------------------------------------------------------------- setup
+
+    def _load_llm(self) -> Any:
+        from whale_train.llm import load_llm
+
+        kwargs = {"base_url": self.config.base_url} if self.config.backend == "openai" else {}
+        return load_llm(self.config.backend, self.config.model, **kwargs)
+
+    def _rsft(self) -> RSFT:
+        if self.rsft is None:
+            rsft_config = dataclasses.replace(
+                self.config.rsft, seed=self.config.seed, concurrency=self.config.concurrency
+            )
+            self.rsft = RSFT(
+                rsft_config,
+                self.llm,
+                self.harness,
+                self.config.env,
+                self.config.env_kwargs,
+                checkpoint_dir=self.dir / "checkpoints",
+            )
+        return self.rsft
+
+    def _search(self) -> HarnessPhase:
+        if self.search is None:
+            self.search = make_harness_phase(self.config, self.dir, self.llm)
+        return self.search
+
+    def _costs(self) -> None:
+        """Rollouts per unit, for the budget check."""
+        cfg = self.config
+        self.state.weight_step_cost = cfg.rsft.batch_tasks * cfg.rsft.samples
+        tasks = int(cfg.search.get("harness_tasks", 256))
+        per = int(cfg.search.get("rollouts_per_task", 1))
+        scored = max(int(cfg.search.get("candidates", 3)), 1 + int(cfg.search.get("frontier_size", 3)))
+        self.state.harness_iteration_cost = (
+            tasks * per * scored
+        )  # the most one unit can cost: never overspend
+        if cfg.method in ("whale", "adaptive", "weight-only", "stagewise", "fst"):
+            self.state.steps_per_epoch = self._rsft().steps_per_epoch
+
+    # -------------------------------------------------------------- ledger and state
+
+    def _ledger(self, event: dict[str, Any]) -> None:
+        event = {
+            "event": event.pop("event"),
+            "unit": self.units,
+            "rollouts_total": self.state.rollouts,
+            **event,
+        }
+        with open(self.dir / "ledger.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(event, default=str) + "\n")
+        self.ledger_lines += 1
+        self._tensorboard(event)
+
+    def _tensorboard(self, event: dict[str, Any]) -> None:
+        try:
+            if self._writer is None:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._writer = SummaryWriter(str(self.dir / "tb"))
+        except ImportError:
+            return
+        step = event["rollouts_total"]
+        if event["event"] == "eval":
+            self._writer.add_scalar("test/mean_at_k", event["mean"], step)
+        elif event["event"] == "unit":
+            for key, value in event.get("signals", {}).items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self._writer.add_scalar(f"{event['phase']}/{key}", value, step)
+        self._writer.flush()
+
+    def _save_state(self) -> None:
+        """Save the model state of this unit under its own name, then point state.json at it (atomically),
+        then drop older ones: a kill at any moment leaves a state.json whose checkpoint is complete."""
+        resume_dir = None
+        if self.rsft is not None and self.rsft.steps_done:
+            resume_dir = f"resume-{self.units}"
+            self.rsft.save(self.dir / "checkpoints" / resume_dir)
+        crash_point("before_state", self.units)
+        state = {
+            "units": self.units,
+            "ledger_lines": self.ledger_lines,
+            "schedule": self.state.to_dict(),
+            "model_version": int(getattr(self.llm, "version", 0)),
+            "rsft_steps": self.rsft.steps_done if self.rsft else 0,
+            "harness": self.harness.name,
+            "evaluated": sorted(self.evaluated),
+            "rescored": sorted(self.rescored),
+            "elapsed": self.elapsed_before + time.monotonic() - self.started,
+            "resume_from": resume_dir,
+        }
+        _atomic_write(self.dir / "state.json", json.dumps(state, indent=1))
+        for old in (self.dir / "checkpoints").glob("resume-*"):
+            if old.name != resume_dir:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def _restore(self) -> None:
+        state = json.loads((self.dir / "state.json").read_text())
+        self.units = state["units"]
+        self.ledger_lines = state["ledger_lines"]
+        self.evaluated = set(state["evaluated"])
+        self.rescored = set(state.get("rescored", []))
+        self.elapsed_before = float(state.get("elapsed", 0.0))
+        for key, value in state["schedule"].items():
+            setattr(self.state, key, value)
+        _truncate_lines(self.dir / "ledger.jsonl", self.ledger_lines)  # drop events of an unfinished unit
+        if state.get("resume_from"):
+            self._rsft().restore(self.dir / "checkpoints" / state["resume_from"])
+        self.llm.version = state["model_version"]
+        if state["harness"] != self.harness.name:
+            self.harness = self._search().incumbent
+            if self.rsft is not None:
+                self.rsft.harness = self.harness
+        self.log(
+            f"resumed {self.dir} at unit {self.units}: {self.state.rollouts} rollouts, model version {self.llm.version}"
+        )
+
+    # -------------------------------------------------------------- evaluation
+
+    def evaluate(self) -> dict[str, Any] | None:
+        """mean@k of the current (model version, harness) on the test split, once per pair."""
+        version = int(getattr(self.llm, "version", 0))
+        key = f"v{version}_{self.harness.name.replace('/', '_')}"
+        if key in self.evaluated:
+            return None
+        e = self.config.eval
+        import gymnasium as gym
+
+        env = gym.make(self.config.env, split=e.split, **self.config.env_kwargs).unwrapped
+        ids = env.task_ids[: e.limit] if e.limit else env.task_ids
+        rollout = RolloutConfig(
+            k=e.k,
+            seed=10_000 + self.config.seed,
+            concurrency=self.config.concurrency,
+            trusted=self.harness.shipped,
+        )
+        trajs = run_rollouts(
+            self.harness,
+            self.config.env,
+            self.llm,
+            ids,
+            env_kwargs={"split": e.split, **self.config.env_kwargs},
+            config=rollout,
+        )
+        summary = summarize(trajs)
+        result = {
+            k: summary[k]
+            for k in ("mean", "se", "pass_at_k", "tasks", "episodes", "failures", "by_difficulty")
+        }
+        result.update(model_version=version, harness=self.harness.name, k=e.k, split=e.split)
+        out = self.dir / "eval"
+        out.mkdir(exist_ok=True)
+        _atomic_write(out / f"{key}.json", json.dumps(result, indent=1, default=str))
+        write_jsonl(trajs, out / f"{key}.traces.jsonl")
+        self.evaluated.add(key)
+        self._ledger(
+            {
+                "event": "eval",
+                **{k: result[k] for k in ("model_version", "harness", "mean", "se", "k", "tasks")},
+            }
+        )
+        self.log(
+            f"  test mean@{e.k} = {100 * result['mean']:.1f}% ± {100 * result['se']:.1f} (model v{version}, {self.harness.name})"
+        )
+        return result
+
+    # -------------------------------------------------------------- the loop
+
+    def run(self) -> dict[str, Any]:
+        self._costs()
+        if self.units == 0:
+            self._ledger(
+                {
+                    "event": "start",
+                    "method": self.config.method,
+                    "env": self.config.env,
+                    "budget": self.config.budget_rollouts,
+                }
+            )
+            self.evaluate()
+            self._save_state()
+        while True:
+            decision = self.schedule.decide(self.state)
+            if decision.action == "stop":
+                self._end_phase(decision)
+                self._ledger({"event": "stop", "reason": decision.reason})
+                self._save_state()
+                break
+            if decision.action != self.state.phase:
+                self._end_phase(decision)
+                self._ledger(
+                    {
+                        "event": "switch",
+                        "from": self.state.phase or None,
+                        "to": decision.action,
+                        "reason": decision.reason,
+                    }
+                )
+                self.log(f"→ {decision.action} phase: {decision.reason}")
+                self.state.start_phase(decision.action)
+            start = time.monotonic()
+            crash_point("unit_start", self.units)
+            if decision.action == "weight":
+                signals, rollouts = self._weight_unit()
+            else:
+                signals, rollouts = self._harness_unit()
+            crash_point("unit_done", self.units)
+            self.state.rollouts += rollouts
+            self.state.phase_units += 1
+            self._ledger(
+                {
+                    "event": "unit",
+                    "phase": decision.action,
+                    "phase_index": self.state.phases,
+                    "rollouts": rollouts,
+                    "model_version": int(getattr(self.llm, "version", 0)),
+                    "harness": self.harness.name,
+                    "seconds": round(time.monotonic() - start, 2),
+                    "signals": signals,
+                }
+            )
+            self.units += 1
+            if self.config.eval.every == "unit":
+                self.evaluate()
+            self._save_state()
+        return self.summary()
+
+    def _end_phase(self, decision: Decision) -> None:
+        if self.state.phase:
+            self.evaluate()
+
+    def _weight_unit(self) -> tuple[dict[str, Any], int]:
+        rsft = self._rsft()
+        rsft.harness = self.harness
+        report = rsft.step()
+        self.state.train_rewards.append(report.train_reward)
+        self.state.weight_rollouts += report.rollouts
+        self.log(
+            f"  RSFT step {report.step}: train reward {report.train_reward:.3f}, accepted {report.accepted}, "
+            f"loss {report.loss if report.loss is None else round(report.loss, 3)}, model v{report.model_version}"
+        )
+        signals = report.to_dict()
+        signals.pop("failures", None)
+        return signals, report.rollouts
+
+    def _harness_unit(self) -> tuple[dict[str, Any], int]:
+        search = self._search()
+        version = int(getattr(self.llm, "version", 0))
+        if (
+            self.state.phase_units == 0
+        ):  # the first iteration of a harness phase re-scores the incoming harness
+            result = search.rescore(version).to_dict()
+            kind = "rescore"
+            if version in self.rescored:  # scored and charged already (a weight phase that changed nothing)
+                result["rollouts"] = 0
+            self.rescored.add(version)
+        else:
+            result = search.iterate(version).to_dict()
+            kind = "iteration"
+        self.state.harness_improved.append(bool(result.get("improved")))
+        self.harness = search.incumbent
+        self.log(f"  harness {kind}: {result.get('summary', '')}")
+        signals = {
+            "kind": kind,
+            "improved": bool(result.get("improved")),
+            "accepted": bool(result.get("accepted")),
+            "incumbent": result.get("incumbent"),
+            "reason": result.get("reason"),
+            "candidates": [
+                {k: c.get(k) for k in ("id", "status", "mean", "reason") if k in c}
+                for c in result.get("candidates", [])
+            ],
+        }
+        return signals, int(result["rollouts"])
+
+    def summary(self) -> dict[str, Any]:
+        evals = [json.loads(line) for line in open(self.dir / "ledger.jsonl") if '"event": "eval"' in line]
+        best = max(evals, key=lambda e: e["mean"]) if evals else None
+        return {
+            "run": str(self.dir),
+            "method": self.config.method,
+            "env": self.config.env,
+            "rollouts": self.state.rollouts,
+            "budget": self.config.budget_rollouts,
+            "best_mean": best["mean"] if best else None,
+            "best_se": best["se"] if best else None,
+            "best_at_rollouts": best["rollouts_total"] if best else None,
+            "final_mean": evals[-1]["mean"] if evals else None,
+            "evals": len(evals),
+            "wall_seconds": round(self.elapsed_before + time.monotonic() - self.started, 1),
+        }
+
+
+# ------------------------------------------------------------------------------------------ files
+
+
+def crash_point(name: str, unit: int) -> None:
+    """Fault injection for the resume tests: ``WHALE_CRASH_AT=name@unit`` SIGKILLs the process there."""
+    if os.environ.get("WHALE_CRASH_AT") == f"{name}@{unit}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _truncate_lines(path: Path, n: int) -> None:
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if len(lines) != n:
+        _atomic_write(path, "".join(lines[:n]))
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train",
+        help="train: alternate RSFT and harness search (or a baseline) under a rollout budget",
+        description="Run WHALE or a baseline (method: whale, adaptive, weight-only, harness-only, stagewise, fst) "
+        "from a YAML config. Leaves a run directory with the ledger, checkpoints, the harness archive, test "
+        "evaluations and TensorBoard events; --resume continues a killed run where it stopped.",
+    )
+    p.add_argument(
+        "config",
+        nargs="?",
+        default=None,
+        help="YAML config (see configs/); fields not given keep their defaults",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field (dotted for nested: rsft.learning_rate=5e-5)",
+    )
+    p.add_argument("--out", default=None, help="run directory (default: runs/<name>)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--no-report", action="store_true", help="do not write report.md and plots at the end")
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from whale_train.cli import CLIError
+
+    console = Console()
+    try:
+        config = TrainConfig.load(args.config, args.overrides)
+    except (ValueError, FileNotFoundError, yaml.YAMLError) as exc:
+        raise CLIError(f"bad config: {exc}") from None
+    out = Path(args.out or f"runs/{config.name}")
+    try:
+        run = Run(config, out, resume=args.resume, log=console.print)
+    except (FileExistsError, ValueError) as exc:
+        raise CLIError(str(exc)) from None
+    console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")
+    summary = run.run()
+    table = Table(title=f"{config.name}: {config.method} on {config.env}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    pct = lambda x: "—" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    table.add_row("test mean@k at start", pct(run_evals(out)[0]["mean"] if run_evals(out) else None))
+    table.add_row("best test mean@k", f"{pct(summary['best_mean'])} ± {pct(summary['best_se'])}")
+    table.add_row("reached at rollouts", str(summary["best_at_rollouts"]))
+    table.add_row("rollouts spent / budget", f"{summary['rollouts']} / {summary['budget']}")
+    table.add_row("wall time", f"{summary['wall_seconds']:.0f} s")
+    console.print(table)
+    if not args.no_report:
+        from whale_train.report import write_report
+
+        path = write_report([out])
+        console.print(f"report: {path}   plots: {path.parent / 'plots'}")
+    return 0
+
+
+def run_evals(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in open(Path(run_dir) / "ledger.jsonl") if '"event": "eval"' in line]
