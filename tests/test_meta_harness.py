@@ -42,13 +42,14 @@ def math_answers() -> dict[str, str]:
 
 
 def tool_shy_math_model() -> ScriptedLLM:
-    """Knows every answer, but when a prompt offers the Python tool it only says "I think so"."""
+    """Knows every answer, but when a prompt offers the Python tool it runs useless code until the tool
+    budget is gone and the episode runs out of turns."""
     answers = math_answers()
 
     def reply(prompt: str) -> str:
         m = re.search(r"Problem: (.+)", prompt)
-        if not m or "To run Python" in prompt:
-            return "I think so"
+        if not m or "Python" in prompt:
+            return "python: print(1)"
         return "\\boxed{" + answers.get(m.group(1).strip(), "0") + "}"
 
     return ScriptedLLM(reply)
@@ -190,6 +191,7 @@ def math_search(tmp_path_factory):
     return search, reports, lines, llm
 
 
+@pytest.mark.slow
 def test_search_finds_the_mechanism_the_failures_point_to(math_search):
     search, reports, lines, _ = math_search
     rescore, first, second = reports
@@ -202,10 +204,12 @@ def test_search_finds_the_mechanism_the_failures_point_to(math_search):
     assert winner.meta["genome"]["slots"]["tool"] == "none" and winner.eval(0)["mean"] == 1.0
     assert "paired gain +100.0" in first.reason and "z = inf" in first.reason
     assert first.incumbent_before == "h0" and first.rule.startswith("paired gain")
-    # h0's failures were parse errors: every first-iteration proposal targets them
+    # h0's episodes all ran out of turns: the first proposal is the mechanism that targets that
     h0_stats = search.archive.get("h0").eval(0)["stats"]
-    assert h0_stats["parse"] == 1.0 and h0_stats["solved"] == 0.0
-    assert all("parse" in c.hypothesis for c in first.candidates)
+    assert h0_stats["incomplete"] == 1.0 and h0_stats["solved"] == 0.0 and h0_stats["tool_helps"] == 0.0
+    assert first.candidates[0].hypothesis.count("out_of_turns 100%") == 1
+    assert "tool: offer -> none" in search.archive.get("i001-c0").meta["summary"]
+    assert "Aimed at: tool, incomplete" in first.candidates[0].hypothesis
     assert search.incumbent.name == first.incumbent and "class Candidate" in search.incumbent.source
     assert not second.accepted and second.incumbent == first.incumbent
     assert any(line.startswith("iteration 1 (model v0): accepted") for line in lines)
@@ -410,6 +414,7 @@ def test_offline_proposer_picks_mechanisms_from_the_failure_statistics(
     )
 
 
+@pytest.mark.slow
 def test_offline_prompt_only_changes_only_prompt_text(tmp_path):
     config = MetaHarnessConfig(**{**FAST, "prompt_only": True})
     search = HarnessSearch(config, tmp_path / "a", tool_shy_math_model(), MATH)
@@ -424,6 +429,7 @@ def test_offline_prompt_only_changes_only_prompt_text(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_prompt_only_mode_rejects_a_candidate_whose_code_differs(tmp_path):
     seed = load_harness("math/h0").source
     text_only = seed.replace("Put the final answer", "Write the final answer")

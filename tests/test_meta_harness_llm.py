@@ -30,7 +30,7 @@ SCRIPT = [
     {
         "tool_calls": [
             tool_call(2, "read_file", path="h0/harness.py"),
-            tool_call(3, "grep", pattern="parse_error"),
+            tool_call(3, "grep", pattern="out_of_turns"),
         ]
     },
     {"tool_calls": [tool_call(4, "read_file", path="../secret.txt")]},
@@ -167,6 +167,7 @@ def test_llm_proposer_reads_the_archive_through_tools_and_failed_candidates_keep
     assert stored["proposer_usage"]["completion_tokens"] == 60
 
 
+@pytest.mark.slow
 def test_a_proposer_that_submits_nothing_or_fails_leaves_an_iteration_without_candidates(tmp_path):
     chatty = Server([{"content": "I would rather talk about the weather."}])
     broken = Server([{"content": "x"}], status=400)

@@ -137,7 +137,9 @@ def trace_stats(trajs: list[Trajectory]) -> dict[str, float]:
     with a wrong answer; ``tool``: tool errors; ``incomplete``: episodes the harness gave up or that ran
     out of turns; ``crash``: harness errors and timeouts; ``truncated``: share of sampled completions
     cut by ``max_tokens``; ``missed``: unsolved episodes where the answer never appeared in what the
-    env showed (search QA: a retrieval failure, not a reading one); ``solved``: the success rate.
+    env showed (search QA: a retrieval failure, not a reading one); ``tool_helps``: how much more often
+    episodes that ran the Python tool were solved than the others, times the share of the others (what
+    getting every episode to use the tool could gain); ``solved``: the success rate.
     """
     n = max(1, len(trajs))
     fail = Counter(t.failure for t in trajs)
@@ -146,6 +148,13 @@ def trace_stats(trajs: list[Trajectory]) -> dict[str, float]:
     n_steps = max(1, len(steps))
     sampled = [c for t in trajs for c in t.calls if c.kind == "sample"]
     truncated = sum(c.finish_reason == "length" for c in sampled) / max(1, len(sampled))
+    used = [any(s.action.lower().startswith("python:") for s in t.steps) for t in trajs]
+    with_tool = [t.solved for t, u in zip(trajs, used, strict=True) if u]
+    without = [t.solved for t, u in zip(trajs, used, strict=True) if not u]
+    helps = 0.0
+    if with_tool and without:
+        gain = sum(with_tool) / len(with_tool) - sum(without) / len(without)
+        helps = max(0.0, gain) * len(without) / n
     return {
         "solved": sum(t.solved for t in trajs) / n,
         "parse": min(1.0, fail["parse_error"] / n + kinds["malformed"] / n_steps),
@@ -156,4 +165,5 @@ def trace_stats(trajs: list[Trajectory]) -> dict[str, float]:
         "crash": (fail["harness_error"] + fail["timeout"]) / n,
         "truncated": truncated,
         "missed": sum(not t.solved and t.final_info.get("answer_retrieved") is False for t in trajs) / n,
+        "tool_helps": helps,
     }

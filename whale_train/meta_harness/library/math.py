@@ -40,16 +40,23 @@ SLOTS = {
     },
     "tool": {
         "offer": Choice("the Python tool offered in the prompt (h0)"),
-        "none": Choice("no tool: every reply is an answer", {"tool": 1.0, "incomplete": 0.4, "parse": 0.3}),
+        "none": Choice(
+            "no tool: every reply is an answer",
+            {"tool": 1.0, "incomplete": 0.4, "parse": 0.3, "tool_helps": -1.0},
+        ),
         "calculator": Choice(
             "a calculator step: the model writes an expression, the env's Python evaluates it, that value is the answer",
-            {"wrong": 0.8, "tool": 0.3},
+            {"wrong": 0.5, "tool": 0.3, "tool_helps": 0.6},
         ),
     },
     "action": {
         "generate": Choice("one sample per reply (h0)"),
         "vote": Choice(
             "self-consistency: the most frequent answer (or expression) among several samples", {"wrong": 0.8}
+        ),
+        "prefer_tool": Choice(
+            "several samples: while the tool is unused, one that runs Python if any; else the most frequent answer",
+            {"tool_helps": 1.5, "wrong": 0.3},
         ),
     },
     "hint": {
@@ -67,7 +74,7 @@ SLOTS = {
 CONSTANTS = {
     "temperature": Constant((1.0, 0.7, 0.4, 0.0), "sampling temperature", {"wrong": 0.3, "parse": 0.2}),
     "samples": Constant(
-        (4, 8, 16), "samples per vote", {"wrong": 0.3}, lambda g: g["slots"]["action"] == "vote"
+        (4, 8, 16), "samples per reply", {"wrong": 0.3}, lambda g: g["slots"]["action"] != "generate"
     ),
     "max_tokens": Constant((32, 48, 96), "tokens per reply", {"truncated": 1.0}),
     "format_retries": Constant(
@@ -199,6 +206,18 @@ def render(g: Genome, name: str) -> str:
         )
     )
 
+    if s["action"] != "generate":
+        parts.append(
+            define(
+                "answers(self, actions)",
+                """
+                values = [a.split(":", 1)[1].replace(" ", "") for a in actions if a and a.startswith("answer:")]
+                best = majority(values)
+                return f"answer: {best}" if best is not None else None
+                """,
+                doc="The most frequent answer among parsed replies (None if none is an answer).",
+            )
+        )
     if s["action"] == "vote":
         parts.append(
             define(
@@ -206,13 +225,28 @@ def render(g: Genome, name: str) -> str:
                 """
                 prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
                 replies = llm.sample(prompt, self.samples, **self.params())
-                answers = [self.parse_action(r, info) for r in replies]
-                best = majority([a.replace(" ", "") for a in answers if a and a.startswith("answer:")])
-                if best is not None:
-                    return best
-                return next((a for a in answers if a), replies[0])
+                actions = [self.parse_action(r, info) for r in replies]
+                return self.answers(actions) or next((a for a in actions if a), replies[0])
                 """,
                 doc="Self-consistency: the most frequent answer among several samples.",
+            )
+        )
+    elif s["action"] == "prefer_tool":
+        parts.append(
+            define(
+                "act(self, obs, info, llm)",
+                """
+                prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
+                replies = llm.sample(prompt, self.samples, **self.params())
+                actions = [self.parse_action(r, info) for r in replies]
+                if info.get("tool_calls_left") and not info.get("last_tool"):
+                    for action in actions:
+                        if action and action.lower().startswith("python:"):
+                            return action
+                return self.answers(actions) or next((a for a in actions if a), replies[0])
+                """,
+                doc="Several samples: while the tool is unused, take one that runs Python (computing with the\n"
+                "        tool is more reliable than in the head); else the most frequent answer.",
             )
         )
 
