@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from whale_train.llm import SHIPPED_MODEL
 from whale_train.report import write_report
 from whale_train.schedule import METHODS
 from whale_train.trainer import Run, TrainConfig
+
+MODEL = str(SHIPPED_MODEL)  # the shipped model stops where it should: short, realistic rollouts
 
 SMOKE = {
     "env": "whale/Math-v0",
@@ -59,8 +62,8 @@ def units(events):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_runs_end_to_end_and_the_ledger_adds_up(method, fresh_model_dir, tmp_path):
-    run = Run(smoke(fresh_model_dir, method=method), tmp_path / method, log=lambda *_: None)
+def test_every_method_runs_end_to_end_and_the_ledger_adds_up(method, tmp_path):
+    run = Run(smoke(MODEL, method=method), tmp_path / method, log=lambda *_: None)
     summary = run.run()
     events = ledger(tmp_path / method)
     us = units(events)
@@ -76,13 +79,13 @@ def test_every_method_runs_end_to_end_and_the_ledger_adds_up(method, fresh_model
         assert switch["reason"]
 
 
-def test_whale_phase_order_and_rescore_first(fresh_model_dir, tmp_path):
-    Run(smoke(fresh_model_dir, method="whale", budget_rollouts=80), tmp_path, log=lambda *_: None).run()
+def test_whale_phase_order_and_rescore_first(tmp_path):
+    Run(smoke(MODEL, method="whale", budget_rollouts=80), tmp_path, log=lambda *_: None).run()
     us = units(ledger(tmp_path))
     order = "".join(u["phase"][0] for u in us)
-    assert order.startswith(
-        "wwhhwwhh"
-    )  # E=0.2 epoch of ~56 train tasks / 4 = 3 steps? -> see steps_per_epoch
+    # E = 0.2 epoch of the train split (14 steps of 4 tasks) = 3 RSFT steps, then I = 2 harness iterations
+    # (the re-scoring of the incoming harness counts as the first)
+    assert order.startswith("wwwhhwwwhh"), order
     harness = [u for u in us if u["phase"] == "harness"]
     firsts = [
         u for i, u in enumerate(us) if u["phase"] == "harness" and (i == 0 or us[i - 1]["phase"] != "harness")
@@ -92,11 +95,9 @@ def test_whale_phase_order_and_rescore_first(fresh_model_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_killed_at_random_points_resumes_to_the_same_ledger_and_archive(fresh_model_dir, tmp_path):
+def test_a_run_killed_at_random_points_resumes_to_the_same_ledger_and_archive(tmp_path):
     config = tmp_path / "smoke.yaml"
-    config.write_text(
-        yaml.safe_dump({"model": fresh_model_dir, "method": "whale", **SMOKE, "budget_rollouts": 80})
-    )
+    config.write_text(yaml.safe_dump({"model": MODEL, "method": "whale", **SMOKE, "budget_rollouts": 80}))
 
     def train(out: Path, crash: str | None = None, resume: bool = False) -> int:
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -117,15 +118,17 @@ def test_a_run_killed_at_random_points_resumes_to_the_same_ledger_and_archive(fr
         ).returncode
 
     assert train(tmp_path / "straight") == 0
-    # Kill points across both phases (units 0-1 weight, 2-3 harness, 4 weight): at a unit's start, after its
-    # work but before the ledger line, and between the checkpoint and state.json.
+    # Kill points across both phases (units 0-2 weight, 3-4 harness, 5-7 weight): at a unit's start, after
+    # its work but before the ledger line, and between the checkpoint and state.json (``before_state@n``
+    # fires once n units are done). Each point lies after where the previous resume restarts.
     crashes = [
         "unit_start@0",
         "unit_done@1",
-        "before_state@1",
-        "unit_start@2",
-        "unit_done@3",
-        "before_state@4",
+        "before_state@2",
+        "unit_start@3",
+        "unit_done@4",
+        "before_state@5",
+        "unit_done@6",
     ]
     out = tmp_path / "crashed"
     for i, point in enumerate(crashes):
@@ -179,20 +182,18 @@ def test_config_overrides_and_errors(tmp_path):
         TrainConfig.load(None, ["method=magic"])
 
 
-def test_an_existing_run_needs_resume_and_the_same_config(fresh_model_dir, tmp_path):
-    Run(smoke(fresh_model_dir, method="weight-only", budget_rollouts=8), tmp_path, log=lambda *_: None).run()
+def test_an_existing_run_needs_resume_and_the_same_config(tmp_path):
+    Run(smoke(MODEL, method="weight-only", budget_rollouts=8), tmp_path, log=lambda *_: None).run()
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["budget_rollouts"] == 8
     with pytest.raises(FileExistsError, match="--resume"):
-        Run(smoke(fresh_model_dir, method="weight-only", budget_rollouts=8), tmp_path)
+        Run(smoke(MODEL, method="weight-only", budget_rollouts=8), tmp_path)
     with pytest.raises(ValueError, match="differs"):
-        Run(smoke(fresh_model_dir, method="weight-only", budget_rollouts=16), tmp_path, resume=True)
+        Run(smoke(MODEL, method="weight-only", budget_rollouts=16), tmp_path, resume=True)
 
 
-def test_report_writes_markdown_and_plots(fresh_model_dir, tmp_path):
+def test_report_writes_markdown_and_plots(tmp_path):
     for method in ("whale", "weight-only"):
-        Run(
-            smoke(fresh_model_dir, method=method, budget_rollouts=40), tmp_path / method, log=lambda *_: None
-        ).run()
+        Run(smoke(MODEL, method=method, budget_rollouts=40), tmp_path / method, log=lambda *_: None).run()
     path = write_report([tmp_path / "whale", tmp_path / "weight-only"], tmp_path / "report")
     text = path.read_text()
     assert "| whale | whale |" in text and "| weight-only | weight-only |" in text

@@ -119,8 +119,8 @@ class TrainConfig:
                 bad = sorted(set(data[key]) - sub_known)
                 if bad:
                     raise ValueError(f"unknown {key} key(s) {bad}; known: {sorted(sub_known)}")
-                data[key] = sub(**data[key])
-        config = cls(**data)
+                data[key] = sub(**_coerce(sub, data[key]))
+        config = cls(**_coerce(cls, data))
         config.validate()
         return config
 
@@ -139,6 +139,25 @@ class TrainConfig:
                 target = target.setdefault(p, {})
             target[leaf] = yaml.safe_load(value)
         return cls.from_dict(data)
+
+
+def _coerce(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """Numbers that YAML reads as strings (PyYAML takes ``5e-5`` for a string) become numbers where the
+    field is numeric; anything that still does not parse is left for ``validate()`` to reject."""
+    out = dict(data)
+    for f in dataclasses.fields(cls):
+        value = out.get(f.name)
+        if not isinstance(value, str):
+            continue
+        kind = str(f.type)
+        try:
+            if kind in ("float", "float | None"):
+                out[f.name] = float(value)
+            elif kind in ("int", "int | None"):
+                out[f.name] = int(value)
+        except ValueError:
+            raise ValueError(f"{cls.__name__}.{f.name} must be a number, got {value!r}") from None
+    return out
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -171,8 +190,9 @@ class HarnessPhase(Protocol):
         with ``to_dict()`` holding ``rollouts``, ``improved``, ``summary``."""
         ...
 
-    def iterate(self, model_version: int) -> Any:
-        """One search iteration (idempotent once complete); a report as for ``rescore``."""
+    def iterate(self, model_version: int, iteration: int | None = None) -> Any:
+        """Search iteration ``iteration`` (default: the next); idempotent once complete (a rerun returns the
+        stored report); a report as for ``rescore``."""
         ...
 
 
@@ -231,6 +251,7 @@ class Run:
         self.ledger_lines = 0
         self.evaluated: set[str] = set()
         self.rescored: set[int] = set()  # model versions whose harness re-scoring the ledger has charged
+        self.iterations = 0  # search iterations finished (a rerun unit asks for the same iteration again)
         self.started = time.monotonic()
         self.elapsed_before = 0.0
         self._writer = None
@@ -326,6 +347,7 @@ class Run:
             "harness": self.harness.name,
             "evaluated": sorted(self.evaluated),
             "rescored": sorted(self.rescored),
+            "iterations": self.iterations,
             "elapsed": self.elapsed_before + time.monotonic() - self.started,
             "resume_from": resume_dir,
         }
@@ -340,6 +362,7 @@ class Run:
         self.ledger_lines = state["ledger_lines"]
         self.evaluated = set(state["evaluated"])
         self.rescored = set(state.get("rescored", []))
+        self.iterations = int(state.get("iterations", 0))
         self.elapsed_before = float(state.get("elapsed", 0.0))
         for key, value in state["schedule"].items():
             setattr(self.state, key, value)
@@ -495,8 +518,9 @@ class Run:
                 result["rollouts"] = 0
             self.rescored.add(version)
         else:
-            result = search.iterate(version).to_dict()
+            result = search.iterate(version, iteration=self.iterations + 1).to_dict()
             kind = "iteration"
+            self.iterations += 1
         self.state.harness_improved.append(bool(result.get("improved")))
         self.harness = search.incumbent
         self.log(f"  harness {kind}: {result.get('summary', '')}")
