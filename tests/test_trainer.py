@@ -79,6 +79,46 @@ def test_every_method_runs_end_to_end_and_the_ledger_adds_up(method, tmp_path):
         assert switch["reason"]
 
 
+class PushedWeights:
+    """A backend like vLLM: it samples with a model of its own and takes trained weights only through
+    ``load_weights``, so the trainer trains a separate transformers copy and pushes after each update."""
+
+    def __init__(self, path: str):
+        from whale_train.llm.hf import TransformersLLM
+
+        self.inner = TransformersLLM(path)
+        self.name, self.tokenizer, self.version, self.pushes = path, self.inner.tokenizer, 0, 0
+
+    def __getattr__(self, name):  # complete, score, has_chat_template, ...
+        return getattr(self.inner, name)
+
+    def load_weights(self, named_tensors) -> None:
+        self.inner.model.load_state_dict({k: v.detach().clone() for k, v in named_tensors}, strict=False)
+        self.version += 1
+        self.pushes += 1
+
+
+def test_a_backend_that_takes_pushed_weights_trains_a_copy_and_gets_its_weights(tmp_path):
+    import torch
+
+    config = smoke(MODEL, method="weight-only", budget_rollouts=16)
+    llm = PushedWeights(MODEL)
+    original = {k: v.clone() for k, v in llm.inner.model.state_dict().items()}
+    run = Run(config, tmp_path, llm=llm, log=lambda *_: None)
+    run.run()
+    trained = run.rsft.trainer.model
+    assert trained is not llm.inner.model and llm.pushes >= 1
+    assert units(ledger(tmp_path))[-1]["model_version"] == llm.version == llm.pushes
+    sampler = llm.inner.model.state_dict()
+    assert all(torch.equal(p, sampler[k]) for k, p in trained.named_parameters())
+    assert any(not torch.equal(p, original[k]) for k, p in trained.named_parameters())
+    # resume: the engine of a new process gets the restored weights
+    fresh = PushedWeights(MODEL)
+    Run(config, tmp_path, llm=fresh, resume=True, log=lambda *_: None)
+    assert all(torch.equal(p, fresh.inner.model.state_dict()[k]) for k, p in trained.named_parameters())
+    assert fresh.version == llm.version
+
+
 def test_whale_phase_order_and_rescore_first(tmp_path):
     Run(smoke(MODEL, method="whale", budget_rollouts=80), tmp_path, log=lambda *_: None).run()
     us = units(ledger(tmp_path))

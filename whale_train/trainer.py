@@ -1,7 +1,7 @@
 """The WHALE trainer: alternate the weight operator (RSFT) and the harness operator (Meta-Harness
 search) under a schedule policy, on one rollout ledger, with test evaluation, checkpoints and resume.
 
-    whale train configs/math_whale.yaml [--set rsft.learning_rate=5e-5 ...] [--out runs/NAME] [--resume]
+    whale train configs/math/whale.yaml [--set rsft.learning_rate=5e-5 ...] [--out runs/NAME] [--resume]
 
 The run directory::
 
@@ -74,6 +74,8 @@ class TrainConfig:
     model: str | None = None  # default: the shipped tiny model
     backend: str = "transformers"
     base_url: str | None = None
+    # keyword arguments of the backend (vllm: engine arguments such as gpu_memory_utilization)
+    backend_options: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     budget_rollouts: int = 20_000
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
@@ -263,8 +265,26 @@ class Run:
     def _load_llm(self) -> Any:
         from whale_train.llm import load_llm
 
-        kwargs = {"base_url": self.config.base_url} if self.config.backend == "openai" else {}
+        kwargs = dict(self.config.backend_options)
+        if self.config.backend == "openai":
+            kwargs["base_url"] = self.config.base_url
         return load_llm(self.config.backend, self.config.model, **kwargs)
+
+    def _train_model(self) -> Any:
+        """The module RSFT trains: the transformers backend's own model (None: trained in place), or for a
+        backend that takes pushed weights (vLLM) a transformers copy on the GPU in float32 (bf16 autocast
+        comes from ``rsft.bf16``; float32 master weights keep updates at lr ~1e-6 from rounding away)."""
+        if not hasattr(self.llm, "load_weights"):
+            return None
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from whale_train.llm import default_model
+
+        model = AutoModelForCausalLM.from_pretrained(
+            self.config.model or default_model(), dtype=torch.float32
+        )
+        return model.to("cuda" if torch.cuda.is_available() else "cpu")
 
     def _rsft(self) -> RSFT:
         if self.rsft is None:
@@ -278,6 +298,7 @@ class Run:
                 self.config.env,
                 self.config.env_kwargs,
                 checkpoint_dir=self.dir / "checkpoints",
+                train_model=self._train_model(),
             )
         return self.rsft
 
@@ -369,6 +390,8 @@ class Run:
         _truncate_lines(self.dir / "ledger.jsonl", self.ledger_lines)  # drop events of an unfinished unit
         if state.get("resume_from"):
             self._rsft().restore(self.dir / "checkpoints" / state["resume_from"])
+            if hasattr(self.llm, "load_weights"):  # vLLM: the engine gets the restored weights
+                self.llm.load_weights(self.rsft.trainer.model.named_parameters())
         self.llm.version = state["model_version"]
         if state["harness"] != self.harness.name:
             self.harness = self._search().incumbent
