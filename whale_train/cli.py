@@ -8,6 +8,7 @@
     whale search --env ID ...       harness-only Meta-Harness search
     whale train CONFIG.yaml         WHALE or a baseline, with ledger, checkpoints, resume
     whale report RUN_DIR...         report.md and plots from run directories
+    whale compare CONFIG.yaml       the methods x domains x seeds grid at matched budgets: table and plots
     whale demo                      the main job on the CPU default
 
 Every command that takes ``--tasks`` takes the same spec string as ``gym.make(env_id, tasks=...)``:
@@ -305,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         "whale_train.meta_harness.cli",
         "whale_train.trainer",
         "whale_train.report",
+        "whale_train.compare",
     ):
         importlib.import_module(module).add_parser(sub)
     return parser
