@@ -669,7 +669,9 @@ def train(model, tokenizer, config: PretrainConfig, console=None) -> TrainRecord
     )
     record = TrainRecord(planned_steps=config.steps or 0)
     budget = None if config.steps else config.minutes * 60
-    total = config.steps or max(config.warmup_steps + 1, 10**9)  # fixed after the warm-up in minutes mode
+    total = (
+        config.steps or 10**9
+    )  # in minutes mode: fixed at the end of the warm-up (which it does not affect)
     by_domain: Counter = Counter()
     recent: list[float] = []
     log_lines = console is not None and not console.is_terminal
