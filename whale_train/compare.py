@@ -20,7 +20,7 @@ Every run of a domain has the same config but for ``method`` and ``seed`` (and, 
 budget. Runs with identical configs are run once. Each run is a ``whale train`` subprocess with
 ``OMP_NUM_THREADS=1``, ``--jobs`` of them at a time. The output folder::
 
-    grid.yaml                  the compare config as given, with the overrides of the command line
+    grid.yaml                  the compare config as given (and the command line's --set)
     configs/<run>.yaml         the resolved train config of every run
     runs/<run>/                the run directories (ledger, checkpoints, archive, eval, train.log)
     compare.md, compare.json   the table
@@ -220,9 +220,10 @@ class CompareConfig:
     domains: list[Domain]
     methods: list[str]
     seeds: list[int]
-    overrides: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)  # ``set:``, for every run
     ablation: dict[str, Any] | None = None  # {"domain", "points": [(E, I), ...], "seeds"}
     source: dict[str, Any] = field(default_factory=dict)  # as read (with --set), for grid.yaml
+    command_line: dict[str, Any] = field(default_factory=dict)  # ``--set``: applied last
 
     @classmethod
     def load(cls, path: str | Path, sets: Sequence[str] = ()) -> CompareConfig:
@@ -234,7 +235,8 @@ class CompareConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown compare key(s) {unknown}; known: {sorted(known)}")
-        overrides = _merge(_nest(data.get("set")), _nest(_parse_sets(sets)))
+        overrides = _nest(data.get("set"))
+        command_line = _nest(_parse_sets(sets))
         domains = []
         for name, spec in (data.get("domains") or {}).items():
             if isinstance(spec, str):
@@ -262,8 +264,9 @@ class CompareConfig:
                 "points": points,
                 "seeds": [int(s) for s in ablation.get("seeds") or seeds],
             }
-        source = {**data, "set": overrides}
-        return cls(str(data.get("name") or path.stem), domains, methods, seeds, overrides, ablation, source)
+        source = {**data, **({"command_line_set": command_line} if command_line else {})}
+        name = str(data.get("name") or path.stem)
+        return cls(name, domains, methods, seeds, overrides, ablation, source, command_line)
 
 
 def _find(name: str, here: Path) -> Path:
@@ -298,10 +301,13 @@ def unit_cost(config: TrainConfig) -> int:
     return max(config.rsft.batch_tasks * config.rsft.samples, harness)
 
 
-def resolve(domain: Domain, overrides: dict[str, Any], **fields: Any) -> TrainConfig:
+def resolve(cfg: CompareConfig, domain: Domain, **fields: Any) -> TrainConfig:
+    """A run's train config: the domain's config file, then ``set``, the domain's ``set``, ``--set``,
+    and the run's own fields (method, seed, an ablation point)."""
     data = TrainConfig.load(domain.config).to_dict() if domain.config else {}
-    data = _merge(_merge(data, overrides), domain.overrides)
-    return TrainConfig.from_dict(_merge(data, _nest(fields)))
+    for layer in (cfg.overrides, domain.overrides, cfg.command_line, _nest(fields)):
+        data = _merge(data, layer)
+    return TrainConfig.from_dict(data)
 
 
 def plan(cfg: CompareConfig) -> list[RunSpec]:
@@ -329,7 +335,7 @@ def plan(cfg: CompareConfig) -> list[RunSpec]:
     seen: dict[str, str] = {}
     runs: list[RunSpec] = []
     for run_id, dom, method, seed, point, extra in wanted:
-        config = resolve(domains[dom], cfg.overrides, method=method, seed=seed, **extra)
+        config = resolve(cfg, domains[dom], method=method, seed=seed, **extra)
         key = json.dumps({**config.to_dict(), "name": None}, sort_keys=True, default=str)
         config.name = seen.setdefault(key, run_id)
         runs.append(RunSpec(run_id, dom, method, seed, point, config, unit_cost(config)))
@@ -351,7 +357,7 @@ def run_state(run_dir: Path, config: TrainConfig) -> str:
     saved = run_dir / "config.yaml"
     if not saved.exists():
         return "new"
-    if yaml.safe_load(saved.read_text()) != json.loads(json.dumps(config.to_dict())):
+    if not _same_config(yaml.safe_load(saved.read_text()), config):
         return "stale"
     ledger = run_dir / "ledger.jsonl"
     if ledger.exists() and (run_dir / "state.json").exists():
@@ -359,6 +365,17 @@ def run_state(run_dir: Path, config: TrainConfig) -> str:
         if events and events[-1]["event"] == "stop":
             return "done"
     return "partial"
+
+
+def _same_config(saved: dict[str, Any], config: TrainConfig) -> bool:
+    """Whether a run folder's config is ``config`` (read through ``TrainConfig``, so that a field added
+    to it since, with its default, does not count as a difference)."""
+    try:
+        loaded = TrainConfig.from_dict(saved)
+    except (ValueError, TypeError):
+        return False
+    normal = lambda c: json.loads(json.dumps(c.to_dict(), default=str))  # noqa: E731
+    return normal(loaded) == normal(config)
 
 
 def _train_env() -> dict[str, str]:
@@ -727,6 +744,7 @@ def plot_accuracy(table: dict[str, Any], domain: str, path: Path, points: int = 
     d = table["domains"][domain]
     grid = np.linspace(0, d["budget"], points)
     fig, ax = plt.subplots(figsize=(7, 4))
+    plotted = False
     for method in d["methods"]:
         curves = [
             step_curve(r["evals"], grid)
@@ -739,13 +757,17 @@ def plot_accuracy(table: dict[str, Any], domain: str, path: Path, points: int = 
         mean = np.nanmean(ys, axis=0)
         (line,) = ax.plot(grid, mean, drawstyle="steps-post", label=f"{method} ({len(curves)} seeds)")
         if len(curves) > 1:
-            sd = np.nanstd(ys, axis=0, ddof=1)
+            sd = np.std(ys, axis=0, ddof=1)  # every curve starts with the evaluation at 0 rollouts
             ax.fill_between(grid, mean - sd, mean + sd, step="post", color=line.get_color(), alpha=0.15)
+        plotted = True
     ax.set_xlabel("rollouts (ledger)")
     ax.set_ylabel(f"test mean@{d['k']} (%)")
     ax.set_title(f"{domain}: test accuracy vs rollouts (mean ± SD over seeds)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if plotted:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no finished runs yet", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
