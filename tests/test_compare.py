@@ -1,0 +1,338 @@
+"""``whale compare``: the statistics helpers on hand-made numbers, the table from hand-made ledgers,
+the grid plan, and the smoke grid end to end (matched budgets, a killed run continued, a rerun that
+does no new work)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from whale_train.compare import (
+    CompareConfig,
+    build_table,
+    mean_sd,
+    paired_ci,
+    plan,
+    rollouts_to_reach,
+    run_grid,
+    run_state,
+    step_curve,
+    t_quantile,
+    train_one,
+    unit_cost,
+    write_table,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "configs" / "compare" / "smoke.yaml"
+METHODS5 = ["whale", "weight-only", "harness-only", "stagewise", "fst"]
+
+
+# ------------------------------------------------------------------------------------------ statistics
+
+
+@pytest.mark.parametrize(
+    "df, expected", [(1, 12.706205), (2, 4.302653), (4, 2.776445), (10, 2.228139), (30, 2.042272)]
+)
+def test_t_quantile_matches_the_tables(df, expected):
+    assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-5)
+    assert t_quantile(0.025, df) == pytest.approx(-expected, abs=1e-5)
+
+
+def test_paired_ci_by_hand():
+    # whale - baseline by seed: 0.1, 0.2, 0.3 -> mean 0.2, sd 0.1, t(0.975, 2) = 4.302653
+    ci = paired_ci([0.5, 0.6, 0.7], [0.4, 0.4, 0.4])
+    half = 4.302653 * 0.1 / math.sqrt(3)
+    assert ci["n"] == 3 and ci["diffs"] == pytest.approx([0.1, 0.2, 0.3])
+    assert ci["mean"] == pytest.approx(0.2) and ci["sd"] == pytest.approx(0.1)
+    assert (ci["lo"], ci["hi"]) == pytest.approx((0.2 - half, 0.2 + half), abs=1e-6)
+    one = paired_ci([0.5], [0.25])
+    assert one["mean"] == 0.25 and one["lo"] is None and one["hi"] is None
+    same = paired_ci([0.3, 0.5], [0.1, 0.3])  # identical differences: a zero-width interval
+    assert (same["lo"], same["hi"]) == pytest.approx((0.2, 0.2))
+    with pytest.raises(ValueError):
+        paired_ci([0.1, 0.2], [0.1])
+    assert mean_sd([]) == (None, None) and mean_sd([2.0]) == (2.0, None)
+    assert mean_sd([1.0, 3.0]) == pytest.approx((2.0, math.sqrt(2)))
+
+
+def _evals(*points):
+    return [{"rollouts_total": x, "mean": y, "se": 0.0} for x, y in points]
+
+
+def test_rollouts_to_reach_and_step_curve():
+    evals = _evals((0, 0.2), (64, 0.3), (128, 0.5), (128, 0.45), (192, 0.4))
+    assert rollouts_to_reach(evals, 0.45) == 128
+    assert rollouts_to_reach(evals, 0.5) == 128  # reaching means at least as high
+    assert rollouts_to_reach(evals, 0.2) == 0
+    assert rollouts_to_reach(evals, 0.51) is None
+    curve = step_curve(evals, [0, 32, 64, 100, 128, 150, 192, 500])
+    # the last evaluation at or before each point; two at 128: the later one counts
+    assert curve.tolist() == pytest.approx([0.2, 0.2, 0.3, 0.3, 0.45, 0.45, 0.4, 0.4])
+    late = step_curve(_evals((10, 0.5)), [0, 10])
+    assert math.isnan(late[0]) and late[1] == 0.5
+
+
+# ------------------------------------------------------------------------------------------ config and plan
+
+
+def _write(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+TINY_SET = {
+    "budget_rollouts": 100,
+    "rsft": {"batch_tasks": 4, "samples": 2},
+    "search": {"candidates": 2, "harness_tasks": 5, "frontier_size": 1},
+    "eval.k": 8,
+}
+
+
+def test_plan_resolves_domains_overrides_and_the_ablation(tmp_path):
+    base = _write(tmp_path / "math_base.yaml", {"env": "whale/Math-v0", "rsft": {"learning_rate": 5.0e-5}})
+    path = _write(
+        tmp_path / "grid.yaml",
+        {
+            "domains": {
+                "math": "math_base.yaml",  # relative to the compare config
+                "chess": {"set": {"env": "whale/Chess-v0", "budget_rollouts": 40, "eval": {"limit": 5}}},
+            },
+            "methods": ["whale", "weight-only"],
+            "seeds": [0, 1],
+            "set": {**TINY_SET, "schedule": {"weight_epochs": 0.6, "harness_iterations": 6}},
+            "ablation": {"domain": "math", "points": [[0.2, 2], [0.6, 6]]},
+        },
+    )
+    cfg = CompareConfig.load(path, ["eval.limit=3"])
+    assert cfg.name == "grid" and [d.name for d in cfg.domains] == ["math", "chess"]
+    assert cfg.domains[0].config == base
+    runs = plan(cfg)
+    assert [r.id for r in runs][:4] == [
+        "math-whale-s0",
+        "math-weight-only-s0",
+        "chess-whale-s0",
+        "chess-weight-only-s0",
+    ]
+    by_id = {r.id: r for r in runs}
+    math_run, chess_run = by_id["math-weight-only-s1"].config, by_id["chess-whale-s1"].config
+    assert (math_run.method, math_run.seed, math_run.env) == ("weight-only", 1, "whale/Math-v0")
+    assert math_run.rsft.learning_rate == 5e-5 and math_run.rsft.batch_tasks == 4  # base, then the grid's set
+    assert math_run.eval.k == 8 and math_run.eval.limit == 3  # dotted keys and --set
+    assert (chess_run.env, chess_run.budget_rollouts) == ("whale/Chess-v0", 40)  # the domain's set wins
+    assert chess_run.eval.limit == 3 and chess_run.eval.k == 8  # over set, and --set over both
+    # a unit costs at most max(B * k, harness tasks * rollouts per task * max(M, 1 + frontier))
+    assert unit_cost(math_run) == max(4 * 2, 5 * 1 * 2) == by_id["math-whale-s0"].max_unit
+    # the (0.6, 6) point is the grid's whale run; (0.2, 2) is a run of its own
+    assert by_id["math-whale-E0.6-I6-s0"].config.name == "math-whale-s0"
+    e02 = by_id["math-whale-E0.2-I2-s1"].config
+    assert e02.name == "math-whale-E0.2-I2-s1"
+    assert (e02.schedule.weight_epochs, e02.schedule.harness_iterations, e02.seed) == (0.2, 2, 1)
+    assert len({r.config.name for r in runs}) == 2 * 2 * 2 + 2
+
+    bad = _write(tmp_path / "bad.yaml", {"domains": {"math": {"set": {"env": "whale/Math-v0"}}}, "sets": {}})
+    with pytest.raises(ValueError, match="unknown compare key"):
+        CompareConfig.load(bad)
+    missing = _write(tmp_path / "missing.yaml", {"domains": {"math": "nowhere.yaml"}})
+    with pytest.raises(FileNotFoundError, match="nowhere.yaml"):
+        CompareConfig.load(missing)
+    mixed = _write(
+        tmp_path / "mixed.yaml",
+        {"domains": {"math": {"set": {"env": "whale/Math-v0"}}}, "methods": ["magic"]},
+    )
+    with pytest.raises(ValueError, match="unknown method"):
+        CompareConfig.load(mixed)
+
+
+def test_the_shipped_compare_configs_resolve():
+    cfg = CompareConfig.load(SMOKE)
+    runs = plan(cfg)
+    assert [d.name for d in cfg.domains] == ["math"] and cfg.methods == METHODS5 and cfg.seeds == [0, 1]
+    assert all(r.config.rsft.learning_rate <= 2e-4 for r in runs)
+    cpu = ROOT / "configs" / "compare" / "cpu.yaml"
+    data = yaml.safe_load(cpu.read_text())
+    assert sorted(data["domains"]) == ["chess", "math", "search"] and data["methods"] == METHODS5
+    assert data["seeds"] == [0, 1, 2]
+    assert [tuple(p) for p in data["ablation"]["points"]] == [(0.2, 2), (0.2, 6), (0.6, 2), (0.6, 6)]
+    paths = [d if isinstance(d, str) else d.get("config") for d in data["domains"].values()]
+    if all(Path(ROOT, p).exists() for p in paths if p):  # the per-domain configs are there
+        old = Path.cwd()
+        os.chdir(ROOT)
+        try:
+            runs = plan(CompareConfig.load(cpu))
+        finally:
+            os.chdir(old)
+        assert len({r.config.name for r in runs}) == 3 * 5 * 3 + 3 * 3  # (0.6, 6) is the grid's whale
+        assert all(r.config.rsft.learning_rate <= 2e-4 and r.config.eval.k == 8 for r in runs)
+
+
+# ------------------------------------------------------------------------------------------ the table
+
+
+def _fake_run(out: Path, spec, evals, spent: int, elapsed: float) -> None:
+    """A finished run directory: config.yaml, a ledger (start, evals, units, stop), state.json."""
+    run = out / "runs" / spec.config.name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(spec.config.to_dict(), sort_keys=False))
+    events = [{"event": "start", "unit": 0, "rollouts_total": 0}]
+    for x, mean in evals:
+        events.append({"event": "eval", "rollouts_total": x, "mean": mean, "se": 0.05})
+    events.append(
+        {"event": "unit", "phase": "weight", "rollouts": spent, "rollouts_total": spent, "seconds": 1}
+    )
+    events.append({"event": "stop", "rollouts_total": spent, "reason": "budget"})
+    (run / "ledger.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run / "state.json").write_text(json.dumps({"elapsed": elapsed}))
+
+
+def test_table_from_hand_made_ledgers(tmp_path):
+    path = _write(
+        tmp_path / "grid.yaml",
+        {
+            "domains": {"math": {"set": {"env": "whale/Math-v0"}}},
+            "methods": ["whale", "weight-only", "harness-only"],
+            "seeds": [0, 1, 2],
+            "set": TINY_SET,
+            "ablation": {"domain": "math", "points": [[0.2, 2]], "seeds": [0, 1]},
+        },
+    )
+    cfg = CompareConfig.load(path)
+    runs = plan(cfg)
+    out = tmp_path / "out"
+    curves = {
+        # seed: method: (evals, spent)
+        0: {"whale": [(0, 0.2), (40, 0.5), (96, 0.6)], "weight-only": [(0, 0.2), (60, 0.4), (96, 0.45)]},
+        1: {"whale": [(0, 0.2), (50, 0.3), (90, 0.5)], "weight-only": [(0, 0.2), (30, 0.35), (98, 0.3)]},
+        2: {"whale": [(0, 0.1), (96, 0.2)], "weight-only": [(0, 0.1), (20, 0.4)]},
+    }
+    harness_only = {0: [(0, 0.2), (80, 0.5)], 1: [(0, 0.2)], 2: [(0, 0.1), (50, 0.45)]}
+    ablation = {0: [(0, 0.2), (60, 0.7)], 1: [(0, 0.2), (60, 0.5)]}
+    for r in runs:
+        if r.point is not None:
+            evals = ablation[r.seed]
+        elif r.method == "harness-only":
+            evals = harness_only[r.seed]
+        else:
+            evals = curves[r.seed][r.method]
+        _fake_run(out, r, evals, spent=96 + r.seed, elapsed=60.0)
+    table = build_table(cfg, runs, out)
+    d = table["domains"]["math"]
+    assert d["budget"] == 100 and d["max_unit_rollouts"] == 10 and d["k"] == 8
+    assert d["reference_peak"] == {"0": 0.45, "1": 0.35, "2": 0.4}
+    w, wo, ho = d["methods"]["whale"], d["methods"]["weight-only"], d["methods"]["harness-only"]
+    assert w["best"] == [0.6, 0.5, 0.2] and w["seeds"] == [0, 1, 2]
+    assert (w["best_mean"], w["best_sd"]) == pytest.approx(mean_sd([0.6, 0.5, 0.2]))
+    # rollouts to reach weight-only's peak, per seed: 40, 90, not reached -> mean over the two that did
+    assert w["reach"] == [40, 90, None] and (w["reached"], w["reach_of"], w["reach_mean"]) == (2, 3, 65)
+    assert wo["reach"] == [96, 30, 20] and wo["reach_mean"] == pytest.approx(146 / 3)
+    assert ho["reach"] == [80, None, 50]
+    assert w["rollouts"] == [96, 97, 98] and w["wall_seconds"] == 180.0
+    p = d["paired"]["weight-only"]
+    expected = paired_ci([0.6, 0.5, 0.2], [0.45, 0.35, 0.4])
+    assert p["seeds"] == [0, 1, 2] and p["mean"] == pytest.approx(expected["mean"])
+    assert (p["lo"], p["hi"]) == pytest.approx((expected["lo"], expected["hi"]))
+    assert p["lo"] < p["mean"] < p["hi"]
+    (point,) = table["ablation"]["points"]
+    assert (point["weight_epochs"], point["harness_iterations"], point["best"]) == (0.2, 2, [0.7, 0.5])
+    # a seed that is missing drops out of the pairs, and the cell says so
+    (out / "runs" / "math-harness-only-s1" / "ledger.jsonl").unlink()
+    table = build_table(cfg, runs, out)
+    assert table["domains"]["math"]["methods"]["harness-only"]["missing_seeds"] == [1]
+    assert table["domains"]["math"]["paired"]["harness-only"]["seeds"] == [0, 2]
+    md = write_table(table, out).read_text()
+    assert "| whale | 43.3 ± 20.8 | 3 | 65 (2/3 seeds; not reached by the others) |" in md
+    assert "| whale − weight-only |" in md and "## Schedule ablation" in md
+    for png in ("accuracy_math.png", "ablation.png"):
+        assert (out / "plots" / png).stat().st_size > 1000
+
+
+# ------------------------------------------------------------------------------------------ the smoke grid
+
+
+def _ledgers(out: Path) -> dict[str, bytes]:
+    return {p.parent.name: p.read_bytes() for p in sorted((out / "runs").glob("*/ledger.jsonl"))}
+
+
+@pytest.mark.slow
+def test_smoke_grid_matched_budgets_resume_and_no_new_work(tmp_path):
+    cfg = CompareConfig.load(SMOKE)
+    out = tmp_path / "smoke"
+    killed = "math-whale-s0"
+
+    def train(config_path: Path, run_dir: Path) -> int:  # SIGKILL one run in the middle of its third unit
+        extra = {"WHALE_CRASH_AT": "unit_done@2"} if run_dir.name == killed else {}
+        return train_one(config_path, run_dir, extra)
+
+    first = run_grid(cfg, out, jobs=2, log=lambda _line: None, train=train)
+    assert first["invocation"]["failed"] == [killed]
+    runs = plan(cfg)
+    spec = next(r for r in runs if r.id == killed)
+    assert run_state(out / "runs" / killed, spec.config) == "partial"
+    assert not first["runs"][killed]["finished"]
+
+    def compare() -> subprocess.CompletedProcess:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        cmd = [
+            sys.executable,
+            "-m",
+            "whale_train.cli",
+            "compare",
+            str(SMOKE),
+            "--out",
+            str(out),
+            "--jobs",
+            "2",
+        ]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+
+    second = compare()
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "0 to start" in second.stdout and "1 to continue" in second.stdout
+    table = json.loads((out / "compare.json").read_text())
+    assert table["invocation"]["ran"] == [killed] and not table["invocation"]["failed"]
+    events = [json.loads(line) for line in (out / "runs" / killed / "ledger.jsonl").read_text().splitlines()]
+    units = [e for e in events if e["event"] == "unit"]
+    assert sum(e["event"] == "start" for e in events) == 1 and events[-1]["event"] == "stop"
+    assert sum(u["rollouts"] for u in units) == units[-1]["rollouts_total"]
+    assert [u["unit"] for u in units] == list(range(len(units)))  # the killed unit ran once
+
+    # the table: one domain, the five methods, two seeds each, paired differences, the ablation
+    d = table["domains"]["math"]
+    assert list(d["methods"]) == METHODS5 and d["k"] == 2
+    for method, cell in d["methods"].items():
+        assert cell["seeds"] == [0, 1] and len(cell["best"]) == 2 and cell["best_sd"] is not None, method
+        assert all(0 <= b <= 1 for b in cell["best"])
+    assert sorted(d["paired"]) == sorted(m for m in METHODS5 if m != "whale")
+    for p in d["paired"].values():
+        assert p["n"] == 2 and p["lo"] <= p["mean"] <= p["hi"]
+    assert [(p["weight_epochs"], p["harness_iterations"]) for p in table["ablation"]["points"]] == [
+        (0.2, 2),
+        (0.1, 2),
+    ]
+    # matched budgets: every run spent the budget to within one unit
+    budget, unit = d["budget"], d["max_unit_rollouts"]
+    assert unit == max(4 * 2, 4 * 1 * max(1, 1 + 1))
+    for run_id, r in table["runs"].items():
+        assert r["finished"], run_id
+        assert budget - unit < r["rollouts"] <= budget, (run_id, r["rollouts"])
+    md = (out / "compare.md").read_text()
+    for method in METHODS5:
+        assert f"| {method} | " in md
+    assert "| whale − fst |" in md and "rollouts to reach weight-only's peak" in md
+    for png in ("accuracy_math.png", "ablation.png"):
+        assert (out / "plots" / png).stat().st_size > 1000
+
+    # a third invocation does no new work
+    before = _ledgers(out)
+    third = compare()
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "11 finished, 0 to continue, 0 to start" in third.stdout
+    assert json.loads((out / "compare.json").read_text())["invocation"]["ran"] == []
+    assert _ledgers(out) == before and len(before) == 11
