@@ -253,6 +253,51 @@ def test_table_from_hand_made_ledgers(tmp_path):
         assert (out / "plots" / png).stat().st_size > 1000
 
 
+def test_run_grid_trains_only_unfinished_runs_and_refuses_a_stale_folder(tmp_path):
+    path = _write(
+        tmp_path / "grid.yaml",
+        {
+            "domains": {"math": {"set": {"env": "whale/Math-v0"}}},
+            "methods": ["whale", "weight-only"],
+            "set": TINY_SET,
+        },
+    )
+    cfg = CompareConfig.load(path)
+    runs = {r.id: r for r in plan(cfg)}
+    out = tmp_path / "out"
+    _fake_run(out, runs["math-whale-s0"], [(0, 0.3), (96, 0.4)], spent=96, elapsed=5.0)
+    # a run killed midway, whose config.yaml was written before a TrainConfig field existed
+    partial = out / "runs" / "math-weight-only-s0"
+    partial.mkdir(parents=True)
+    saved = runs["math-weight-only-s0"].config.to_dict()
+    saved.pop("base_url")
+    (partial / "config.yaml").write_text(yaml.safe_dump(saved))
+    (partial / "ledger.jsonl").write_text(json.dumps({"event": "start", "rollouts_total": 0}) + "\n")
+    assert run_state(partial, runs["math-weight-only-s0"].config) == "partial"
+    calls = []
+
+    def train(config_path: Path, run_dir: Path) -> int:  # stands in for whale train --resume
+        calls.append(run_dir.name)
+        # the run's config.yaml now reads as the trainer writes it, so its --resume accepts the run
+        assert (run_dir / "config.yaml").read_text() == config_path.read_text()
+        for name in ("config.yaml", "ledger.jsonl"):
+            (run_dir / name).unlink()
+        run_dir.rmdir()
+        _fake_run(out, runs[run_dir.name], [(0, 0.3), (90, 0.35)], spent=90, elapsed=7.0)
+        return 0
+
+    table = run_grid(cfg, out, log=lambda _line: None, train=train)
+    assert calls == ["math-weight-only-s0"] and table["invocation"]["skipped"] == ["math-whale-s0"]
+    assert all(r["finished"] for r in table["runs"].values())
+    assert table["domains"]["math"]["paired"]["weight-only"]["diffs"] == pytest.approx([0.05])
+    assert run_grid(cfg, out, log=lambda _line: None, train=train)["invocation"]["ran"] == []
+    assert calls == ["math-weight-only-s0"]
+    # another budget: the run folders hold runs of another config
+    other = CompareConfig.load(path, ["budget_rollouts=50"])
+    with pytest.raises(ValueError, match="another config"):
+        run_grid(other, out, log=lambda _line: None, train=train)
+
+
 # ------------------------------------------------------------------------------------------ the smoke grid
 
 

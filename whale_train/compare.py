@@ -469,9 +469,13 @@ def run_grid(
             text = yaml.safe_dump(unique[name].config.to_dict(), sort_keys=False)
             if not path.exists() or path.read_text() != text:
                 path.write_text(text)
+            if states[name] == "partial":
+                saved = out / "runs" / name / "config.yaml"
+                if saved.read_text() != text:  # the same config, written before a TrainConfig field was
+                    saved.write_text(text)  # added: as this version writes it, so that --resume accepts it
             if states[name] != "done":
                 todo.append(name)
-        skipped = [n for n, s in states.items() if s == "done"]
+        skipped = sorted(n for n, s in states.items() if s == "done")
         log(
             f"{len(unique)} runs: {len(skipped)} finished, "
             f"{sum(states[n] == 'partial' for n in todo)} to continue, {sum(states[n] == 'new' for n in todo)} to start"
