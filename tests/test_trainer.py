@@ -14,7 +14,6 @@ import yaml
 
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.report import write_report
-from whale_train.schedule import METHODS
 from whale_train.trainer import Run, TrainConfig
 
 MODEL = str(SHIPPED_MODEL)  # the shipped model stops where it should: short, realistic rollouts
@@ -60,23 +59,7 @@ def units(events):
     return [e for e in events if e["event"] == "unit"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("method", METHODS)
-def test_every_method_runs_end_to_end_and_the_ledger_adds_up(method, tmp_path):
-    run = Run(smoke(MODEL, method=method), tmp_path / method, log=lambda *_: None)
-    summary = run.run()
-    events = ledger(tmp_path / method)
-    us = units(events)
-    assert us and events[0]["event"] == "start" and events[-1]["event"] == "stop"
-    assert sum(u["rollouts"] for u in us) == us[-1]["rollouts_total"] == summary["rollouts"]
-    assert summary["rollouts"] <= 96 and "budget" in events[-1]["reason"]
-    phases = {u["phase"] for u in us}
-    expected = {"weight-only": {"weight"}, "harness-only": {"harness"}}.get(method, {"weight", "harness"})
-    assert phases == expected
-    evals = [e for e in events if e["event"] == "eval"]
-    assert evals and all("rollouts_total" in e for e in evals)
-    for switch in (e for e in events if e["event"] == "switch"):
-        assert switch["reason"]
+# Every method on every domain, from the shipped configs: tests/test_configs.py.
 
 
 class PushedWeights:
