@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU check (one command, under 10 minutes on one GPU): the vLLM backend serves the tiny model and its
-# mean@8 matches the transformers backend's within noise. Run it wherever a GPU is available and record
-# the printed result in the README. On a CPU-only machine it exits with a clear message.
+# mean@8 matches the transformers backend's within noise; then one short WHALE cycle trains with vLLM
+# rollouts and bf16 training (the weights pushed into the engine after every RSFT step). Run it wherever
+# a GPU is available and record the printed result in the README. On a CPU-only machine it exits with a
+# clear message.
 #
 #   bash benchmarks/gpu_check.sh [MODEL_DIR]      (default: the shipped tiny model)
 set -euo pipefail
@@ -28,7 +30,18 @@ for env in "whale/Math-v0 math/h0" "whale/Chess-v0 chess_puzzles/h0"; do
       --limit 200 --k 8 --trusted --out "$OUT/${2//\//_}_$backend" > "$OUT/${2//\//_}_$backend.log"
   done
 done
-"$PY" - "$OUT" <<'PY'
+# One WHALE cycle of configs/math/whale.yaml (5 RSFT steps, the rescore and 2 search iterations, one more
+# RSFT step under the new harness), with vLLM rollouts and bf16 training of a transformers copy.
+rm -rf "$OUT/whale_gpu"
+if ! "$PY" -m whale_train.cli train configs/math/whale.yaml --set backend=vllm --set rsft.bf16=true \
+    --set "model=$MODEL" --set budget_rollouts=1900 --set eval.limit=50 \
+    --out "$OUT/whale_gpu" --no-report > "$OUT/whale_gpu.log" 2>&1; then
+  tail -n 30 "$OUT/whale_gpu.log" >&2
+  echo "gpu_check: the WHALE cycle failed (log: $OUT/whale_gpu.log)" >&2
+  exit 1
+fi
+status=0
+"$PY" - "$OUT" <<'PY' || status=1
 import json, math, sys
 from pathlib import Path
 out = Path(sys.argv[1]); ok = True
@@ -42,3 +55,26 @@ for name in ("math_h0", "chess_puzzles_h0"):
           f"diff {100*diff:+.1f} ({'within' if same else 'OUTSIDE'} 2 SE); vllm {v['episodes_per_second']} episodes/s")
 sys.exit(0 if ok else 1)
 PY
+"$PY" - "$OUT/whale_gpu" <<'PY' || status=1
+import json, sys
+from pathlib import Path
+run = Path(sys.argv[1])
+events = [json.loads(line) for line in (run / "ledger.jsonl").read_text().splitlines()]
+units = [e for e in events if e["event"] == "unit"]
+weight = [u["signals"] for u in units if u["phase"] == "weight"]
+harness = [u for u in units if u["phase"] == "harness"]
+evals = [e for e in events if e["event"] == "eval"]
+budget = events[0]["budget"]
+spent = sum(u["rollouts"] for u in units)
+version = max(u["model_version"] for u in units)
+avg = lambda xs: sum(xs) / max(len(xs), 1)  # noqa: E731
+print(f"whale cycle (vllm rollouts, bf16 training): {len(weight)} RSFT steps "
+      f"({avg([w['sample_seconds'] for w in weight]):.1f} s sampling + {avg([w['train_seconds'] for w in weight]):.1f} s "
+      f"training, weight push and checkpoint each), {len(harness)} harness units "
+      f"({avg([u['seconds'] for u in harness]):.1f} s each), model v{version}, {spent} of {budget} rollouts; "
+      f"test mean@{evals[-1]['k']} {100*evals[0]['mean']:.1f}% -> "
+      f"{100*evals[-1]['mean']:.1f}%; {json.loads((run / 'state.json').read_text())['elapsed']:.0f} s")
+ok = spent == units[-1]["rollouts_total"] <= budget and version >= 1 and bool(harness)
+sys.exit(0 if ok else 1)
+PY
+exit "$status"
