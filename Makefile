@@ -21,7 +21,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 demo: install
-	$(BIN)/whale demo
+	$(BIN)/whale train configs/demo.yaml --out runs/demo --resume
 
 lint: install
 	$(BIN)/ruff check .

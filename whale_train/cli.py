@@ -9,7 +9,6 @@
     whale train CONFIG.yaml         WHALE or a baseline, with ledger, checkpoints, resume
     whale report RUN_DIR...         report.md and plots from run directories
     whale compare CONFIG.yaml       the methods x domains x seeds grid at matched budgets: table and plots
-    whale demo                      the main job on the CPU default
 
 Every command that takes ``--tasks`` takes the same spec string as ``gym.make(env_id, tasks=...)``:
 ``kind[:path][?key=value&...]`` (e.g. ``lichess``, ``lichess:puzzles.csv?min_rating=1500``, ``generated?seed=3``).
@@ -210,34 +209,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-# ------------------------------------------------------------------------------------------ demo
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    """Until harnesses and the trainer land: show each env and a random-legal-move chess baseline."""
-    import random
-
-    env = _make_env("whale/Chess-v0", args.tasks, "test")
-    obs, info = env.reset(seed=args.seed)
-    console.rule("whale/Chess-v0: one episode")
-    console.print(obs)
-    rng = random.Random(args.seed)
-    solved = 0
-    ids = env.unwrapped.task_ids[: args.limit]
-    for task_id in ids:
-        obs, info = env.reset(options={"task_id": task_id})
-        done = False
-        while not done:
-            obs, reward, terminated, truncated, info = env.step(rng.choice(info["legal_moves_uci"]))
-            done = terminated or truncated
-        solved += int(info["solved"])
-    console.rule("random legal moves (the chance level a harness must beat)")
-    console.print(
-        f"{solved}/{len(ids)} puzzles solved = {100 * solved / len(ids):.1f}% on {env.unwrapped.source.name} (test split)"
-    )
-    return 0
-
-
 # ------------------------------------------------------------------------------------------ main
 
 
@@ -293,13 +264,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trusted", action="store_true")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("demo", help="the main job on the CPU default")
-    p.add_argument(
-        "--tasks", default="lichess", help="chess task source (default: the bundled Lichess sample)"
-    )
-    p.add_argument("--limit", type=int, default=100, help="number of test puzzles")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=cmd_demo)
     # Commands that live with their subsystem: each module adds its own subcommand.
     for module in (
         "whale_train.pretrain",
