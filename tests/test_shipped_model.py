@@ -63,14 +63,28 @@ def test_the_package_ships_the_model_files():
     assert (SHIPPED_MODEL / "model.safetensors").stat().st_size < 8_000_000
 
 
-def test_card_calibration_h0_in_band_and_a_stronger_harness_beyond_the_noise_per_domain():
-    for domain, h0 in H0.items():
+def test_card_calibration_h0_in_band_in_every_domain():
+    for h0 in H0.values():
         base = CAL[h0]
         assert base["tasks"] >= 200 and base["k"] == 8
         assert 0.05 <= base["mean"] <= 0.50, f"{h0}: {base['mean']:.3f} outside 5-50%"
-        others = [CAL[name] for name in pt.EVAL_HARNESSES[domain][1:]]
-        gaps = [abs(o["mean"] - base["mean"]) / math.hypot(o["se"], base["se"]) for o in others]
-        assert max(gaps) > 2, f"{domain}: no shipped harness differs from h0 by more than 2 standard errors"
+
+
+def _z(name: str, h0: str) -> float:
+    return (CAL[name]["mean"] - CAL[h0]["mean"]) / math.hypot(CAL[name]["se"], CAL[h0]["se"])
+
+
+@pytest.mark.parametrize("domain", ["chess", "math"])
+def test_card_a_stronger_harness_beats_h0_beyond_the_noise(domain):
+    h0, *others = pt.EVAL_HARNESSES[domain]
+    assert max(_z(name, h0) for name in others) > 2, f"{domain}: no shipped harness beats h0 by 2 SE"
+
+
+def test_card_on_search_the_alternatives_do_not_beat_h0():
+    """What the README states: on this model both multi-passage search harnesses are worse than h0
+    (it reads one passage at a time); if a new recipe changes that, the README must change too."""
+    h0, *others = pt.EVAL_HARNESSES["search"]
+    assert all(_z(name, h0) < -2 for name in others)
 
 
 def _commands_with_model(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
