@@ -9,7 +9,7 @@ import torch
 from harnesses.loader import load_harness
 from whale_train.llm.hf import TransformersLLM
 from whale_train.rollout import EnvStep, LLMCall, Trajectory
-from whale_train.rsft import RSFT, RSFTConfig, TaskStream, accept, examples_from
+from whale_train.rsft import RSFT, RSFTConfig, TaskStream, accept, examples_from, used_calls
 
 MATH = {"tasks": "generated?difficulty=1"}
 
@@ -60,7 +60,7 @@ def test_examples_come_from_every_call_of_accepted_trajectories(fresh_model_dir)
     solved = Trajectory(
         "t1", 0, 0, "h", "env", 0, reward=1.0, solved=True, calls=[call, cut, choice, score, call]
     )
-    solved.steps = [EnvStep("a", "", 1.0, True, False)]
+    solved.steps = [EnvStep("answer: 4", "", 1.0, True, False)]
     failed = Trajectory("t2", 0, 0, "h", "env", 0, reward=0.0, calls=[call])
     config = RSFTConfig()
     kept = accept([solved, failed, solved], RSFTConfig(per_task_cap=1))
@@ -68,7 +68,34 @@ def test_examples_come_from_every_call_of_accepted_trajectories(fresh_model_dir)
     examples = examples_from(kept, config, tok)
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     assert [(e.prompt_ids, e.completion_ids) for e in examples] == [((1, 2), (3, 4)), ((1, 2), (7, im_end))]
-    assert len(examples_from(kept, RSFTConfig(dedup=False, require_stop=False), tok)) == 4
+    # without dedup and the stop rule: both copies of "4"; "x" was a discarded alternative of the same prompt
+    assert len(examples_from(kept, RSFTConfig(dedup=False, require_stop=False), tok)) == 3
+
+
+def test_losing_votes_and_discarded_samples_are_not_trained_on():
+    """A vote samples one prompt 4 times and answers 7: the two samples that said 7 are trained on, the
+    losing 8 and the discarded tool-less reply are not; a prompt sampled once is always used."""
+    query = LLMCall("sample", "q", "q", "<search>Tosek</search>", [1], [2], "stop", 1, 1)
+    votes = [
+        LLMCall("sample", "p", "p", text, [1], [i], "stop", 1, 1)
+        for i, text in enumerate(["\\boxed{7}", "\\boxed{8}", "the answer is 7", "no idea"], start=10)
+    ]
+    t = Trajectory("t", 0, 0, "h", "env", 0, reward=1.0, solved=True, calls=[query, *votes])
+    t.steps = [EnvStep("search: Tosek", "", 0.0, False, False), EnvStep("answer: 7", "", 1.0, True, False)]
+    used = used_calls(t)
+    assert [c.completion for c in used] == ["<search>Tosek</search>", "\\boxed{7}", "the answer is 7"]
+    tool = [
+        LLMCall("sample", "m", "m", text, [1], [i], "stop", 1, 1)
+        for i, text in enumerate(["python: print(3*4)", "12"])
+    ]
+    t.calls, t.steps = (
+        tool,
+        [
+            EnvStep("python:  print(3*4)", "12", 0.0, False, False),
+            EnvStep("answer: 12", "", 1.0, True, False),
+        ],
+    )
+    assert [c.completion for c in used_calls(t)] == ["python: print(3*4)", "12"]
 
 
 def test_lora_trains_adapters_only(fresh_model_dir):

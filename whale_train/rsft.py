@@ -18,6 +18,7 @@ import math
 import random
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,7 +151,7 @@ def examples_from(trajs: list[Trajectory], config: RSFTConfig, tokenizer: Any) -
     out: list[Example] = []
     seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
     for t in trajs:
-        for call in t.calls:
+        for call in used_calls(t):
             ex = _example(call, t.task_id, tokenizer, config)
             if ex is None:
                 continue
@@ -160,6 +161,34 @@ def examples_from(trajs: list[Trajectory], config: RSFTConfig, tokenizer: Any) -
             seen.add(key)
             out.append(ex)
     return out
+
+
+def used_calls(t: Trajectory) -> list[LLMCall]:
+    """The calls of a trajectory whose output the episode used.
+
+    Calls that share a prompt within one episode are alternatives a harness chose among (a vote, a
+    best-of-n): of those, only a completion that holds what reached the env (the argument of one of the
+    episode's actions, e.g. ``7`` of ``answer: 7`` or ``print(3*4)`` of ``python: print(3*4)``) is
+    used, so a losing vote or a discarded sample is never trained on as if it had solved the task. A
+    call whose prompt is its own is always used."""
+    payloads = set()
+    for step in t.steps:
+        action = " ".join(step.action.split())
+        if action:
+            payloads.add(action)
+            head, colon, rest = action.partition(":")
+            if colon and rest.strip():
+                payloads.add(rest.strip())
+    groups = Counter(call.prompt_text for call in t.calls if call.kind == "sample")
+    kept = []
+    for call in t.calls:
+        if call.kind != "sample" or groups[call.prompt_text] < 2:
+            kept.append(call)
+            continue
+        text = " ".join((call.completion or "").split())
+        if any(p in text for p in payloads):
+            kept.append(call)
+    return kept
 
 
 def _example(call: LLMCall, task_id: str, tokenizer: Any, config: RSFTConfig) -> Example | None:
