@@ -98,6 +98,17 @@ def test_losing_votes_and_discarded_samples_are_not_trained_on():
     assert [c.completion for c in used_calls(t)] == ["python: print(3*4)", "12"]
 
 
+def test_a_rejected_action_before_a_retry_is_not_trained_on():
+    first = LLMCall("sample", "board", "board", "<move>e2e5</move>", [1], [2], "stop", 1, 1)
+    retry = LLMCall("sample", "board + error", "board + error", "<move>d1h5</move>", [1], [3], "stop", 1, 1)
+    t = Trajectory("t", 0, 0, "h", "env", 0, reward=1.0, solved=True, calls=[first, retry])
+    t.steps = [
+        EnvStep("e2e5", "illegal", 0.0, False, False, error="e2e5 is not legal", error_kind="illegal_action"),
+        EnvStep("d1h5", "mate", 1.0, True, False),
+    ]
+    assert used_calls(t) == [retry]
+
+
 def test_lora_trains_adapters_only(fresh_model_dir):
     r = rsft(fresh_model_dir, reward_threshold=0.0, require_stop=False, lora=True, lora_r=4)
     base = {n: p.detach().clone() for n, p in r.trainer.model.named_parameters() if "lora_" not in n}

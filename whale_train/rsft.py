@@ -166,28 +166,37 @@ def examples_from(trajs: list[Trajectory], config: RSFTConfig, tokenizer: Any) -
 def used_calls(t: Trajectory) -> list[LLMCall]:
     """The calls of a trajectory whose output the episode used.
 
-    Calls that share a prompt within one episode are alternatives a harness chose among (a vote, a
-    best-of-n): of those, only a completion that holds what reached the env (the argument of one of the
-    episode's actions, e.g. ``7`` of ``answer: 7`` or ``print(3*4)`` of ``python: print(3*4)``) is
-    used, so a losing vote or a discarded sample is never trained on as if it had solved the task. A
-    call whose prompt is its own is always used."""
-    payloads = set()
+    - A call whose completion holds only what the env rejected (the argument of an action that came back
+      with an error, e.g. the illegal move before a retry) is not used: an accepted episode may contain
+      a mistake it recovered from, and the mistake is not what to learn.
+    - Calls that share a prompt within one episode are alternatives a harness chose among (a vote, a
+      best-of-n): of those, only a completion that holds what the env accepted (the argument of one of
+      the episode's actions, e.g. ``7`` of ``answer: 7`` or ``print(3*4)`` of ``python: print(3*4)``) is
+      used, so a losing vote or a discarded sample is never trained on as if it had solved the task.
+    - Any other call (its prompt is its own) is used, and so is every call of an episode whose actions
+      the env all rejected (kept only with a reward threshold of 0)."""
+    good: set[str] = set()
+    bad: set[str] = set()
     for step in t.steps:
         action = " ".join(step.action.split())
-        if action:
-            payloads.add(action)
-            head, colon, rest = action.partition(":")
-            if colon and rest.strip():
-                payloads.add(rest.strip())
+        if not action:
+            continue
+        _head, colon, rest = action.partition(":")
+        forms = {action, rest.strip()} if colon and rest.strip() else {action}
+        (bad if step.error else good).update(forms)
+    if not good:  # the env accepted no action at all (reward threshold 0): nothing to prefer
+        return list(t.calls)
+    bad -= good
     groups = Counter(call.prompt_text for call in t.calls if call.kind == "sample")
     kept = []
     for call in t.calls:
-        if call.kind != "sample" or groups[call.prompt_text] < 2:
-            kept.append(call)
-            continue
         text = " ".join((call.completion or "").split())
-        if any(p in text for p in payloads):
-            kept.append(call)
+        holds_good = any(p in text for p in good)
+        if any(p in text for p in bad) and not holds_good:
+            continue
+        if call.kind == "sample" and groups[call.prompt_text] > 1 and not holds_good:
+            continue
+        kept.append(call)
     return kept
 
 
