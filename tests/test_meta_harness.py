@@ -379,6 +379,7 @@ def test_offline_proposer_never_makes_two_constant_changes_in_a_row(tmp_path):
         ("chess", "chess_puzzles/h0", {"parse": 0.8}, {("output", "lenient"), ("action", "choose")}),
         ("math", "math/h0", {"tool": 0.9}, {("tool", "none")}),
         ("search", "search_qa/h0", {"missed": 0.9}, {("query", "question"), ("query", "keywords")}),
+        ("search", "search_qa/h0", {"partial": 0.9}, {("follow_up", "model"), ("follow_up", "model_choose")}),
     ],
 )
 def test_offline_proposer_picks_mechanisms_from_the_failure_statistics(
@@ -412,6 +413,29 @@ def test_offline_proposer_picks_mechanisms_from_the_failure_statistics(
         and first.parents == ["h0"]
         and first.genome["slots"][slot] != lib.h0["slots"][slot]
     )
+
+
+def test_search_failures_split_into_missed_partial_and_misread():
+    from whale_train.meta_harness.evaluate import trace_stats
+    from whale_train.rollout import Trajectory
+
+    def traj(solved, answer_shown, gold_found):
+        info = {"answer_retrieved": answer_shown, "gold_retrieved": gold_found}
+        return Trajectory(
+            "t", 0, 0, "h", "e", 0, solved=solved, failure="" if solved else "wrong_answer", final_info=info
+        )
+
+    trajs = [
+        traj(True, True, True),  # solved: none of the three
+        traj(False, False, False),  # the queries found nothing of the chain
+        traj(False, False, None),  # a source without supporting passages: counted as missed
+        traj(False, False, True),  # part of the chain found, not the answer: a hop short
+        traj(False, True, True),  # the answer was shown, the reply was wrong
+    ]
+    stats = trace_stats(trajs)
+    assert (stats["missed"], stats["partial"], stats["misread"], stats["wrong"]) == (0.4, 0.2, 0.2, 0.8)
+    math_like = Trajectory("t", 0, 0, "h", "e", 0, failure="wrong_answer")  # no retrieval info at all
+    assert trace_stats([math_like])["missed"] == trace_stats([math_like])["misread"] == 0.0
 
 
 @pytest.mark.slow

@@ -136,8 +136,11 @@ def trace_stats(trajs: list[Trajectory]) -> dict[str, float]:
     rejected as malformed; ``illegal``: the same for illegal actions; ``wrong``: episodes that ended
     with a wrong answer; ``tool``: tool errors; ``incomplete``: episodes the harness gave up or that ran
     out of turns; ``crash``: harness errors and timeouts; ``truncated``: share of sampled completions
-    cut by ``max_tokens``; ``missed``: unsolved episodes where the answer never appeared in what the
-    env showed (search QA: a retrieval failure, not a reading one); ``tool_helps``: how much more often
+    cut by ``max_tokens``; search QA splits its unsolved episodes three ways: ``missed``, the answer never
+    appeared in what the env showed and neither did any of the question's supporting passages (the
+    queries failed; also when the source names no supporting passages), ``partial``, the answer never
+    appeared but part of the supporting chain did (the search stopped a hop short), ``misread``, the
+    answer was shown and the reply was still wrong (a reading failure); ``tool_helps``: how much more often
     episodes that ran the Python tool were solved than the others, times the share of the others (what
     getting every episode to use the tool could gain); ``solved``: the success rate.
     """
@@ -164,6 +167,18 @@ def trace_stats(trajs: list[Trajectory]) -> dict[str, float]:
         "incomplete": (fail["incomplete"] + fail["out_of_turns"]) / n,
         "crash": (fail["harness_error"] + fail["timeout"]) / n,
         "truncated": truncated,
-        "missed": sum(not t.solved and t.final_info.get("answer_retrieved") is False for t in trajs) / n,
+        "missed": sum(_retrieval(t) == "missed" for t in trajs) / n,
+        "partial": sum(_retrieval(t) == "partial" for t in trajs) / n,
+        "misread": sum(_retrieval(t) == "misread" for t in trajs) / n,
         "tool_helps": helps,
     }
+
+
+def _retrieval(traj: Trajectory) -> str | None:
+    """Why an unsolved search-QA episode failed: ``missed``, ``partial`` or ``misread`` (None otherwise)."""
+    info = traj.final_info
+    if traj.solved or info.get("answer_retrieved") is None:
+        return None
+    if info["answer_retrieved"]:
+        return "misread"
+    return "partial" if info.get("gold_retrieved") else "missed"

@@ -1,5 +1,7 @@
 """Search-QA mechanisms: how the first query is made (the model's own, the question itself, or the
-question rewritten to its key words), follow-up queries written from what was read, the passage budget
+question rewritten to its key words), follow-up queries written from what was read (answering once from
+everything read, or reading an answer after each search and letting the model's likelihood pick one),
+the passage budget
 (how many passages, how long), the answer format and its parser, self-consistency votes, a hint, and
 memory of solved questions.
 
@@ -9,6 +11,7 @@ No mechanism reads the answer out of a passage: answers come from the model.
 from __future__ import annotations
 
 import re
+import textwrap
 
 from whale_train.meta_harness.library import (
     Choice,
@@ -35,7 +38,13 @@ SLOTS = {
     "follow_up": {
         "none": Choice("one search (h0)"),
         "model": Choice(
-            "follow-up queries written by the model from the passages read so far", {"missed": 0.5}
+            "follow-up queries written by the model from the passages read so far",
+            {"partial": 1.0, "missed": 0.2},
+        ),
+        "model_choose": Choice(
+            "follow-up queries written by the model; an answer read from each search's new passages, and the"
+            " one the model finds most likely given every passage read",
+            {"partial": 1.0, "misread": 0.3},
         ),
     },
     "answer": {
@@ -62,12 +71,14 @@ SLOTS = {
 }
 
 CONSTANTS = {
-    "passages": Constant((1, 2, 3), "passages shown per search (the passage budget)", {"missed": 0.6}),
+    "passages": Constant(
+        (1, 2, 3), "passages shown per search (the passage budget)", {"missed": 0.6, "partial": 0.3}
+    ),
     "passage_chars": Constant((200, 400, 800), "characters shown per passage", {"missed": 0.3, "wrong": 0.1}),
     "temperature": Constant((1.0, 0.7, 0.4, 0.0), "sampling temperature", {"wrong": 0.4, "parse": 0.2}),
     "samples": Constant((4, 8), "samples per vote", {"wrong": 0.3}, lambda g: g["slots"]["answer"] == "vote"),
     "follow_ups": Constant(
-        (1, 2), "follow-up searches", {"wrong": 0.3}, lambda g: g["slots"]["follow_up"] == "model"
+        (1, 2), "follow-up searches", {"partial": 0.6}, lambda g: g["slots"]["follow_up"] != "none"
     ),
 }
 
@@ -102,7 +113,7 @@ def render(g: Genome, name: str) -> str:
         "passages": c["passages"],
         "passage_chars": c["passage_chars"],
     }
-    if s["follow_up"] == "model":
+    if s["follow_up"] != "none":
         attrs["follow_ups"] = c["follow_ups"]
     if s["answer"] == "vote":
         attrs["samples"] = c["samples"]
@@ -205,26 +216,62 @@ def render(g: Genome, name: str) -> str:
                 """,
             )
         )
+    if s["follow_up"] == "model_choose":
+        parts.append(
+            define(
+                "pick(self, info, seen, answers, llm)",
+                """
+                if len(answers) < 2:
+                    return answers[0] if answers else None
+                prompt = self.make_prompt(self.answer_prompt(info, seen), info, llm)
+                return answers[llm.choose(prompt, [f"<answer>{a}</answer>" for a in answers])]
+                """,
+                doc="Of the answers read after each search, the one the model finds most likely given every\n"
+                "        passage read (likelihood selection: the model compares, it does not write).",
+            )
+        )
+    next_query = """
+        if round_ == self.follow_ups:
+            break
+        prompt = f"Question: {info['question']}\\nPassages:\\n{self.shown(seen)}\\nWrite the next search query inside <search></search>."
+        query = extract_tag(llm.complete(self.make_prompt(prompt, info, llm), **self.params()), "search")
+        if not query:
+            break
+        """
     if s["follow_up"] == "model":
-        run = """
+        run = f"""
             obs, info = env.reset()
             self.start(obs, info)
             seen = []
             query = self.first_query(info, llm)
             for round_ in range(1 + self.follow_ups):
-                obs, reward, terminated, truncated, info = env.step(f"search: {query}")
+                obs, reward, terminated, truncated, info = env.step(f"search: {{query}}")
                 if terminated or truncated:
                     return
                 for p in (info.get("passages") or [])[: self.passages]:
                     if p["id"] not in [q["id"] for q in seen]:
                         seen.append(p)
-                if round_ == self.follow_ups:
-                    break
-                prompt = f"Question: {info['question']}\\nPassages:\\n{self.shown(seen)}\\nWrite the next search query inside <search></search>."
-                query = extract_tag(llm.complete(self.make_prompt(prompt, info, llm), **self.params()), "search")
-                if not query:
-                    break
-            env.step(f"answer: {self.answer(info, seen, llm) or 'unknown'}")
+{textwrap.indent(textwrap.dedent(next_query).strip(chr(10)), " " * 16)}
+            env.step(f"answer: {{self.answer(info, seen, llm) or 'unknown'}}")
+            """
+    elif s["follow_up"] == "model_choose":
+        run = f"""
+            obs, info = env.reset()
+            self.start(obs, info)
+            seen, answers = [], []
+            query = self.first_query(info, llm)
+            for round_ in range(1 + self.follow_ups):
+                obs, reward, terminated, truncated, info = env.step(f"search: {{query}}")
+                if terminated or truncated:
+                    return
+                ids = [q["id"] for q in seen]
+                new = [p for p in (info.get("passages") or [])[: self.passages] if p["id"] not in ids]
+                seen += new
+                found = self.answer(info, new, llm) if new else None
+                if found and found not in answers:
+                    answers.append(found)  # what this search's passages say
+{textwrap.indent(textwrap.dedent(next_query).strip(chr(10)), " " * 16)}
+            env.step(f"answer: {{self.pick(info, seen, answers, llm) or 'unknown'}}")
             """
     else:
         run = """
