@@ -132,12 +132,21 @@ def cmd_search(args: argparse.Namespace) -> int:
         "rollouts": sum(r.rollouts for r in archive_reports(archive)),
         "check_episodes": sum(r.get("check_episodes", 0) for r in archive.records()),
         "search_seconds_this_run": round(search_seconds, 1),
+        "search_seconds": round(sum(r.get("wall_seconds", 0.0) for r in archive.records()), 1),
+        "accepted": [r["incumbent"] for r in archive.records() if r["accepted"]],
         "search": {"seed": _brief(seed_rec), "incumbent": _brief(inc_rec)},
     }
     if args.test_limit:
         results["test"] = {
             name: test_score(search, cid, out / "test", args.test_limit, args.test_k)
             for name, cid in (("seed", search.seed_id), ("incumbent", search.incumbent_id))
+        }
+        # search-split minus test-split success rate: how much of the search score is fitted to the
+        # search tasks (the incumbent was picked on them; the seed was not)
+        results["gap"] = {
+            name: round(results["search"][name]["mean"] - results["test"][name]["mean"], 4)
+            for name in ("seed", "incumbent")
+            if results["search"][name]
         }
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "lineage.md", lineage_report(out / "archive"))
@@ -204,7 +213,7 @@ def _print(console: Any, results: dict[str, Any], reports: list[Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"harness search on {results['env']} (model v{results['model_version']})")
-    for col in ("harness", "search split %", "test split %"):
+    for col in ("harness", "search split %", "test split %", "gap (points)"):
         table.add_column(col, justify="right" if col != "harness" else "left")
     for name in ("seed", "incumbent"):
         s = results["search"][name]
@@ -213,11 +222,12 @@ def _print(console: Any, results: dict[str, Any], reports: list[Any]) -> None:
             f"{name} ({results[name]})",
             f"{100 * s['mean']:.1f} ± {100 * s['se']:.1f}" if s else "–",
             f"{100 * t['mean']:.1f} ± {100 * t['se']:.1f} (n={t['tasks']}, k={t['k']})" if t else "–",
+            f"{100 * results['gap'][name]:+.1f}" if name in results.get("gap", {}) else "–",
         )
     console.print(table)
     console.print(
         f"{results['rollouts']} rollouts charged, {results['check_episodes']} null-model check episodes, "
-        f"{results['search_seconds_this_run']} s of search in this run"
+        f"{results['search_seconds']} s of search ({results['search_seconds_this_run']} s in this run)"
     )
     for r in reports:
         console.print(f"  {r.summary}", highlight=False)
