@@ -146,25 +146,37 @@ def test_every_combination_of_mechanisms_renders_valid_readable_source(domain):
 
 
 @pytest.mark.parametrize(
-    ("env_id", "harness", "reply"),
+    ("env_id", "harness", "slots", "reply"),
     [
         (
             "whale/Chess-v0",
             "chess_puzzles/h0",
+            {},
             lambda p: "<move>" + p.split("Legal moves: ")[1].split()[len(p) % 3],
         ),
-        (MATH, "math/h0", lambda p: "python: print(2)" if len(p) % 2 else f"\\boxed{{{len(p) % 7}}}"),
+        ("whale/Chess-v0", "chess_puzzles/choose", {"action": "choose"}, lambda p: "<move>a1a2</move>"),
+        (MATH, "math/h0", {}, lambda p: "python: print(2)" if len(p) % 2 else f"\\boxed{{{len(p) % 7}}}"),
+        (
+            MATH,
+            "math/calculator",
+            {"tool": "calculator"},
+            lambda p: ["<expr>2+3</expr>", "<expr>1/0</expr>", "python: print(2)", "\\boxed{4}"][len(p) % 4],
+        ),
         (
             "whale/SearchQA-v0",
             "search_qa/h0",
+            {},
             lambda p: f"<search>{p[10:30]}</search><answer>{p[-12:]}</answer>",
         ),
     ],
 )
-def test_the_h0_genome_behaves_exactly_like_the_shipped_h0(env_id, harness, reply):
+def test_genomes_behave_exactly_like_the_shipped_harnesses_they_name(env_id, harness, slots, reply):
+    """h0's genome is the shipped h0; the mechanisms that ship as harnesses render to the same episodes."""
     domain = {"whale/Chess-v0": "chess", MATH: "math", "whale/SearchQA-v0": "search"}[env_id]
     lib = libraries()[domain]
-    ref = harness_from_source(lib.render(lib.h0, "h0-genome", "h0 as a genome."), "h0-genome")
+    genome = copy.deepcopy(lib.h0)
+    genome["slots"].update(slots)
+    ref = harness_from_source(lib.render(genome, "genome", "a shipped harness as a genome."), "genome")
     ids = gym.make(env_id, split="harness").unwrapped.task_ids[:6]
     config = RolloutConfig(k=2, seed=3, concurrency=12)
     a = run_rollouts(

@@ -45,7 +45,8 @@ SLOTS = {
             {"tool": 1.0, "incomplete": 0.4, "parse": 0.3, "tool_helps": -1.0},
         ),
         "calculator": Choice(
-            "a calculator step: the model writes an expression, the env's Python evaluates it, that value is the answer",
+            "a calculator step: the model writes an expression, the env's Python evaluates it, that value is the"
+            " answer; without a usable value, replies with the tool offered (math/calculator)",
             {"wrong": 0.5, "tool": 0.3, "tool_helps": 0.6},
         ),
     },
@@ -152,7 +153,7 @@ def render(g: Genome, name: str) -> str:
         shown = [f"Example: Problem: {q}\\nAnswer: {self.answer_text(a)}" for q, a in EXAMPLES if q != info["question"]]
         text = "\\n\\n".join(shown[: self.max_examples] + [text])
         """
-    if s["tool"] == "offer":
+    if s["tool"] != "none":  # offered (also after a calculator step, as in math/calculator)
         ending = f"""
             tool_line = "To run Python first, reply python: <code> and print the result. " if info.get("tool_calls_left") else ""
             return text + "\\n" + tool_line + {instruction}
@@ -198,7 +199,7 @@ def render(g: Genome, name: str) -> str:
         define(
             "parse_action(self, text, info)",
             "text = text.strip()",
-            python if s["tool"] == "offer" else "",
+            python if s["tool"] != "none" else "",
             body,
             doc="The answer in the reply: boxed, else an answer: line, else its last number."
             if s["output"] == "lenient"
