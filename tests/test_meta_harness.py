@@ -561,6 +561,13 @@ def test_whale_search_command_runs_resumes_and_scores_the_test_split_outside_the
     results = json.loads((out / "results.json").read_text())
     assert results["env"] == search_qa and results["seed"] == "h0" and results["iterations"] == 1
     assert results["search"]["seed"]["tasks"] == 6 and results["test"]["seed"]["tasks"] == 6
+    for name in ("seed", "incumbent"):  # the gap: search-split minus test-split success rate
+        gap = results["search"][name]["mean"] - results["test"][name]["mean"]
+        assert results["gap"][name] == pytest.approx(gap, abs=1e-4)
+    assert [a["id"] for a in results["accepted"]] == (
+        [results["incumbent"]] if results["incumbent"] != "h0" else []
+    )
+    assert results["search_seconds"] > 0
     archive = Archive(out / "archive", readonly=True)
     valid = sum(archive.get(c).meta["status"] == "valid" for c in ("i001-c0", "i001-c1"))
     assert valid >= 1 and results["rollouts"] == 6 + 6 * valid

@@ -133,7 +133,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         "check_episodes": sum(r.get("check_episodes", 0) for r in archive.records()),
         "search_seconds_this_run": round(search_seconds, 1),
         "search_seconds": round(sum(r.get("wall_seconds", 0.0) for r in archive.records()), 1),
-        "accepted": [r["incumbent"] for r in archive.records() if r["accepted"]],
+        "accepted": [_accepted(r) for r in archive.records() if r["accepted"]],
         "search": {"seed": _brief(seed_rec), "incumbent": _brief(inc_rec)},
     }
     if args.test_limit:
@@ -159,6 +159,19 @@ def archive_reports(archive: Archive) -> list[Any]:
     from whale_train.meta_harness.search import IterationReport
 
     return [IterationReport.from_dict(r) for r in archive.records()]
+
+
+def _accepted(record: dict[str, Any]) -> dict[str, Any]:
+    """A step that changed the incumbent: the winner, the step, and its paired gain over the one it replaced."""
+    won = next((c for c in record["candidates"] if c["id"] == record["incumbent"]), {})
+    step = f"iteration {record['iteration']}" if record["kind"] == "iteration" else "rescore"
+    return {
+        "id": record["incumbent"],
+        "step": step,
+        "replaced": record["incumbent_before"],
+        "gain": won.get("gain"),
+        "gain_se": won.get("gain_se"),
+    }
 
 
 def _brief(rec: dict[str, Any] | None) -> dict[str, Any] | None:
