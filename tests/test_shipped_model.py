@@ -74,17 +74,10 @@ def _z(name: str, h0: str) -> float:
     return (CAL[name]["mean"] - CAL[h0]["mean"]) / math.hypot(CAL[name]["se"], CAL[h0]["se"])
 
 
-@pytest.mark.parametrize("domain", ["chess", "math"])
+@pytest.mark.parametrize("domain", ["chess", "math", "search"])
 def test_card_a_stronger_harness_beats_h0_beyond_the_noise(domain):
     h0, *others = pt.EVAL_HARNESSES[domain]
     assert max(_z(name, h0) for name in others) > 2, f"{domain}: no shipped harness beats h0 by 2 SE"
-
-
-def test_card_on_search_the_alternatives_do_not_beat_h0():
-    """What the README states: on this model both multi-passage search harnesses are worse than h0
-    (it reads one passage at a time); if a new recipe changes that, the README must change too."""
-    h0, *others = pt.EVAL_HARNESSES["search"]
-    assert all(_z(name, h0) < -2 for name in others)
 
 
 def _commands_with_model(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:

@@ -72,7 +72,7 @@ EVAL_ENVS = {"chess": "whale/Chess-v0", "math": "whale/Math-v0", "search": "whal
 EVAL_HARNESSES = {
     "chess": ("chess_puzzles/h0", "chess_puzzles/choose", "chess_puzzles/vote"),
     "math": ("math/h0", "math/vote", "math/calculator"),
-    "search": ("search_qa/h0", "search_qa/question_query", "search_qa/multi_hop"),
+    "search": ("search_qa/h0", "search_qa/question_query", "search_qa/multi_hop", "search_qa/follow_up"),
 }
 
 #: The weight and tokenizer files whose SHA-256 the card records.
@@ -762,8 +762,13 @@ def calibrate(
 
     llm = load_llm("transformers", str(model_dir))
     rollout = RolloutConfig(k=config.eval_k, seed=0, concurrency=128, trusted=True, limits=EpisodeLimits())
-    count = 3 if config.eval_harnesses == "all" else 1
-    plan = [(d, EVAL_HARNESSES[d][i]) for i in range(count) for d in config.domain_list()]
+    count = max(map(len, EVAL_HARNESSES.values())) if config.eval_harnesses == "all" else 1
+    plan = [
+        (d, EVAL_HARNESSES[d][i])
+        for i in range(count)
+        for d in config.domain_list()
+        if i < len(EVAL_HARNESSES[d])
+    ]
     results: dict[str, dict[str, Any]] = {}
     for domain, name in plan:
         env_id = EVAL_ENVS[domain]
