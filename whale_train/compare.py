@@ -293,12 +293,9 @@ class RunSpec:
 
 
 def unit_cost(config: TrainConfig) -> int:
-    """The largest unit of a run: an RSFT step or a harness iteration, as the trainer's ``_costs``
-    charges them to the budget check."""
-    search = config.search
-    scored = max(int(search.get("candidates", 3)), 1 + int(search.get("frontier_size", 3)))
-    harness = int(search.get("harness_tasks", 256)) * int(search.get("rollouts_per_task", 1)) * scored
-    return max(config.rsft.batch_tasks * config.rsft.samples, harness)
+    """The largest unit of a run (an RSFT step or a harness iteration), as the trainer's budget check
+    charges them."""
+    return max(config.weight_step_cost, config.harness_iteration_cost)
 
 
 def resolve(cfg: CompareConfig, domain: Domain, **fields: Any) -> TrainConfig:

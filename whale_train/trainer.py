@@ -101,6 +101,20 @@ class TrainConfig:
         return self.harness or f"{DOMAIN_OF[self.env]}/h0"
 
     @property
+    def weight_step_cost(self) -> int:
+        """Rollouts of one RSFT step."""
+        return self.rsft.batch_tasks * self.rsft.samples
+
+    @property
+    def harness_iteration_cost(self) -> int:
+        """The most rollouts one harness iteration (or re-scoring) can cost, so the budget is never
+        overspent: every scored candidate, or the incumbent and the frontier, on the harness tasks."""
+        tasks = int(self.search.get("harness_tasks", 256))
+        per = int(self.search.get("rollouts_per_task", 1))
+        scored = max(int(self.search.get("candidates", 3)), 1 + int(self.search.get("frontier_size", 3)))
+        return tasks * per * scored
+
+    @property
     def env_kwargs(self) -> dict[str, Any]:
         return {"tasks": self.tasks} if self.tasks else {}
 
@@ -310,14 +324,9 @@ class Run:
     def _costs(self) -> None:
         """Rollouts per unit, for the budget check."""
         cfg = self.config
-        self.state.weight_step_cost = cfg.rsft.batch_tasks * cfg.rsft.samples
-        tasks = int(cfg.search.get("harness_tasks", 256))
-        per = int(cfg.search.get("rollouts_per_task", 1))
-        scored = max(int(cfg.search.get("candidates", 3)), 1 + int(cfg.search.get("frontier_size", 3)))
-        self.state.harness_iteration_cost = (
-            tasks * per * scored
-        )  # the most one unit can cost: never overspend
-        if cfg.method in ("whale", "adaptive", "weight-only", "stagewise", "fst"):
+        self.state.weight_step_cost = cfg.weight_step_cost
+        self.state.harness_iteration_cost = cfg.harness_iteration_cost
+        if cfg.method != "harness-only":
             self.state.steps_per_epoch = self._rsft().steps_per_epoch
 
     # -------------------------------------------------------------- ledger and state
