@@ -20,6 +20,7 @@ from whale_train.compare import (
     mean_sd,
     paired_ci,
     plan,
+    reproduction,
     rollouts_to_reach,
     run_grid,
     run_state,
@@ -253,6 +254,45 @@ def test_table_from_hand_made_ledgers(tmp_path):
         assert (out / "plots" / png).stat().st_size > 1000
 
 
+def _cell(seeds, best):
+    mean, sd = mean_sd(best)
+    return {"seeds": seeds, "best": best, "best_mean": mean, "best_sd": sd}
+
+
+def test_reproduction_against_a_reference_table():
+    reference = {
+        "name": "cpu",
+        "domains": {
+            "math": {"methods": {"whale": _cell([0, 1, 2], [0.5, 0.7, 0.6]), "fst": _cell([0], [0.3])}}
+        },
+        "ablation": {
+            "domain": "math",
+            "points": [{"weight_epochs": 0.2, "harness_iterations": 2, **_cell([0], [0.4])}],
+        },
+    }
+    table = {
+        "domains": {
+            "math": {"methods": {"whale": _cell([0, 1, 2], [0.6, 0.6, 0.65]), "fst": _cell([0], [0.3])}},
+            "chess": {"methods": {"whale": _cell([0], [0.9])}},
+        },
+        "ablation": None,
+    }
+    rep = reproduction(table, reference)
+    whale, fst = rep["cells"]
+    # this mean 0.6167 lies within 0.6 ± 0.1; the same seed's runs differ by +0.1, -0.1, +0.05
+    assert whale["cell"] == "math whale" and whale["within"] and whale["identical_seeds"] == 0
+    assert whale["diff"] == pytest.approx(0.6167 - 0.6, abs=1e-4)
+    assert whale["per_seed"] == pytest.approx({"0": 0.1, "1": -0.1, "2": 0.05})
+    # one seed, no SD: only the same number is within
+    assert fst["within"] and fst["identical_seeds"] == 1 and fst["reference_sd"] is None
+    assert rep["missing"] == ["math ablation (E=0.2, I=2)"]  # chess is in this table only: not compared
+    assert (rep["within"], rep["compared"]) == (2, 2)
+    table["domains"]["math"]["methods"]["whale"] = _cell([0, 1, 2], [0.8, 0.8, 0.75])  # 0.783 > 0.6 + 0.1
+    table["domains"]["math"]["methods"]["fst"] = _cell([0], [0.31])
+    rep = reproduction(table, reference)
+    assert [c["within"] for c in rep["cells"]] == [False, False] and rep["within"] == 0
+
+
 def test_run_grid_trains_only_unfinished_runs_and_refuses_a_stale_folder(tmp_path):
     path = _write(
         tmp_path / "grid.yaml",
@@ -322,7 +362,7 @@ def test_smoke_grid_matched_budgets_resume_and_no_new_work(tmp_path):
     assert run_state(out / "runs" / killed, spec.config) == "partial"
     assert not first["runs"][killed]["finished"]
 
-    def compare() -> subprocess.CompletedProcess:
+    def compare(*extra: str) -> subprocess.CompletedProcess:
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         cmd = [
             sys.executable,
@@ -334,6 +374,7 @@ def test_smoke_grid_matched_budgets_resume_and_no_new_work(tmp_path):
             str(out),
             "--jobs",
             "2",
+            *extra,
         ]
         return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
 
@@ -381,3 +422,23 @@ def test_smoke_grid_matched_budgets_resume_and_no_new_work(tmp_path):
     assert "11 finished, 0 to continue, 0 to start" in third.stdout
     assert json.loads((out / "compare.json").read_text())["invocation"]["ran"] == []
     assert _ledgers(out) == before and len(before) == 11
+
+    # --reference: the same grid against its own table reproduces every cell exactly; against a table
+    # whose whale cell is moved past its error bar, it says which cell and exits 2
+    reference = tmp_path / "reference.json"
+    reference.write_text((out / "compare.json").read_text())
+    same = compare("--reference", str(reference))
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "reproduction: 7 of 7 cells within the reference's error bars" in same.stdout
+    rep = json.loads((out / "compare.json").read_text())["reproduction"]
+    assert all(c["diff"] == 0 and c["identical_seeds"] == len(c["per_seed"]) for c in rep["cells"])
+    assert "## Reproduction: against the reference table `smoke`" in (out / "compare.md").read_text()
+    moved = json.loads(reference.read_text())
+    cell = moved["domains"]["math"]["methods"]["whale"]
+    cell["best_mean"] += (cell["best_sd"] or 0) + 0.01
+    reference.write_text(json.dumps(moved))
+    differs = compare("--reference", str(reference))
+    assert differs.returncode == 2, differs.stdout + differs.stderr
+    assert "6 of 7 cells" in differs.stdout and "outside: math whale " in differs.stdout
+    bad = compare("--reference", str(tmp_path / "nothing.json"))
+    assert bad.returncode != 0 and "--reference" in bad.stderr

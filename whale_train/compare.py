@@ -444,9 +444,11 @@ def run_grid(
     jobs: int = 1,
     log: Callable[[str], None] = print,
     train: Callable[[Path, Path], int] = train_one,
+    reference: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run (or continue) every unfinished run of the grid, then write the table and plots. Returns the
-    table (``compare.json``) with ``invocation``: what this call ran, skipped and failed."""
+    table (``compare.json``) with ``invocation``: what this call ran, skipped and failed, and, given a
+    ``reference`` table (an earlier ``compare.json``), ``reproduction``: see :func:`reproduction`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = plan(cfg)
@@ -506,6 +508,8 @@ def run_grid(
             "jobs": jobs,
             "wall_seconds": round(wall, 1),
         }
+        if reference is not None:
+            table["reproduction"] = reproduction(table, reference)
         write_table(table, out)
     return table
 
@@ -647,6 +651,66 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
     return table
 
 
+def _repro_cell(label: str, ref: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    diff = new["best_mean"] - ref["best_mean"]
+    bar = ref["best_sd"] or 0.0
+    ref_seed = dict(zip(ref["seeds"], ref["best"], strict=True))
+    per_seed = {
+        str(s): round(b - ref_seed[s], 6)
+        for s, b in zip(new["seeds"], new["best"], strict=True)
+        if s in ref_seed
+    }
+    return {
+        "cell": label,
+        "reference_mean": ref["best_mean"],
+        "reference_sd": ref["best_sd"],
+        "mean": new["best_mean"],
+        "sd": new["best_sd"],
+        "diff": diff,
+        "within": abs(diff) <= bar + 1e-9,
+        "per_seed": per_seed,
+        "identical_seeds": sum(abs(d) < 1e-9 for d in per_seed.values()),
+    }
+
+
+def reproduction(table: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """This grid's table against ``reference``, an earlier ``compare.json`` of the same command.
+
+    For every (domain, method) cell and ablation point that both tables finished: the reference's best
+    mean ± SD, this table's, the difference, and ``within``: this mean lies inside the reference's
+    reported error bar (its mean ± its SD over seeds). ``per_seed``: the difference of the same seed's
+    runs (0 everywhere when the code, the config and the machine's arithmetic are the same). Cells in
+    one table only are listed in ``missing``, never compared."""
+    cells, missing = [], []
+    for name, d in reference.get("domains", {}).items():
+        for method, ref in d["methods"].items():
+            new = table["domains"].get(name, {}).get("methods", {}).get(method)
+            label = f"{name} {method}"
+            if new is None or new["best_mean"] is None or ref["best_mean"] is None:
+                missing.append(label)
+            else:
+                cells.append(_repro_cell(label, ref, new))
+    new_points = {
+        (p["weight_epochs"], p["harness_iterations"]): p
+        for p in (table.get("ablation") or {}).get("points", [])
+    }
+    for ref in (reference.get("ablation") or {}).get("points", []):
+        e, i = ref["weight_epochs"], ref["harness_iterations"]
+        label = f"{reference['ablation']['domain']} ablation (E={e:g}, I={i})"
+        new = new_points.get((e, i))
+        if new is None or new["best_mean"] is None or ref["best_mean"] is None:
+            missing.append(label)
+        else:
+            cells.append(_repro_cell(label, ref, new))
+    return {
+        "reference": reference.get("name"),
+        "cells": cells,
+        "missing": missing,
+        "within": sum(c["within"] for c in cells),
+        "compared": len(cells),
+    }
+
+
 def _pct(x: float | None, digits: int = 1) -> str:
     return "—" if x is None else f"{100 * x:.{digits}f}"
 
@@ -729,6 +793,28 @@ def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
             )
         if "ablation" in plots:
             lines += ["", f"![schedule ablation]({plots['ablation']})"]
+        lines.append("")
+    rep = table.get("reproduction")
+    if rep:
+        lines += [
+            f"## Reproduction: against the reference table `{rep['reference']}`",
+            "",
+            f"{rep['within']} of {rep['compared']} cells lie within the reference's error bars (its mean ± SD "
+            "over seeds). Per seed: this run's best minus the reference run's of the same seed, in points.",
+            "",
+            "| cell | reference (%) | this run (%) | difference (points) | within | per seed |",
+            "|---|---|---|---|---|---|",
+        ]
+        for c in rep["cells"]:
+            ref_sd = "" if c["reference_sd"] is None else f" ± {_pct(c['reference_sd'])}"
+            sd = "" if c["sd"] is None else f" ± {_pct(c['sd'])}"
+            per = ", ".join(f"{s}: {100 * x:+.1f}" for s, x in c["per_seed"].items())
+            lines.append(
+                f"| {c['cell']} | {_pct(c['reference_mean'])}{ref_sd} | {_pct(c['mean'])}{sd} | "
+                f"{100 * c['diff']:+.1f} | {'yes' if c['within'] else 'no'} | {per or '—'} |"
+            )
+        if rep["missing"]:
+            lines += ["", "Not in both tables: " + ", ".join(rep["missing"])]
         lines.append("")
     failed = inv.get("failed") if inv else None
     if failed:
@@ -836,6 +922,14 @@ def add_parser(subparsers) -> None:
         metavar="KEY=VALUE",
         help="override a train config field of every run (dotted for nested: eval.limit=32)",
     )
+    p.add_argument(
+        "--reference",
+        default=None,
+        metavar="COMPARE_JSON",
+        help="an earlier compare.json of this grid (e.g. benchmarks/results/compare/compare.json): add a "
+        "reproduction section (each cell against the reference's mean ± SD) and exit 2 if any cell lies "
+        "outside it",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
     p.set_defaults(func=cmd_compare)
 
@@ -851,6 +945,14 @@ def cmd_compare(args) -> int:
     if args.jobs < 1:
         raise CLIError("--jobs must be >= 1")
     out = Path(args.out or f"runs/compare/{cfg.name}")
+    reference = None
+    if args.reference:
+        try:
+            reference = json.loads(Path(args.reference).read_text())
+            if not isinstance(reference, dict) or "domains" not in reference:
+                raise ValueError("not a compare.json (no 'domains')")
+        except (OSError, ValueError) as exc:
+            raise CLIError(f"--reference {args.reference}: {exc}") from None
     if args.dry_run:
         for r in runs:
             state = run_state(out / "runs" / r.config.name, r.config)
@@ -858,7 +960,7 @@ def cmd_compare(args) -> int:
             print(f"{r.id}{same}: {state} (budget {r.budget}, unit <= {r.max_unit})")
         return 0
     try:
-        table = run_grid(cfg, out, jobs=args.jobs)
+        table = run_grid(cfg, out, jobs=args.jobs, reference=reference)
     except (ValueError, RuntimeError) as exc:
         raise CLIError(str(exc)) from None
     inv = table["invocation"]
@@ -866,4 +968,11 @@ def cmd_compare(args) -> int:
     if inv["failed"]:
         print(f"{len(inv['failed'])} run(s) failed: {', '.join(inv['failed'])}; rerun to continue them")
         return 1
+    rep = table.get("reproduction")
+    if rep:
+        print(f"reproduction: {rep['within']} of {rep['compared']} cells within the reference's error bars")
+        outside = [c["cell"] for c in rep["cells"] if not c["within"]]
+        if outside:
+            print(f"outside: {', '.join(outside)} (see the reproduction section of {out / 'compare.md'})")
+            return 2
     return 0
