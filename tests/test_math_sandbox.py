@@ -24,9 +24,31 @@ LIMITS = Limits(
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _ours_or_orphaned(pid: int) -> bool:
+    """A process of this test (a descendant of this process), or one nobody waits for (reparented to
+    init). Sandbox interpreters of other programs on the machine (a training run using the Python tool
+    while the tests run) are neither."""
+    if _parent(pid) == 1:
+        return True
+    me = os.getpid()
+    while pid > 1:
+        pid = _parent(pid)
+        if pid == me:
+            return True
+    return False
+
+
 def leftover(marker: str | None = None) -> list[int]:
-    """Pids of processes that a sandboxed run may have left: the sandbox interpreter's own command
-    line (``python -S -B -u main.py``) or one that carries ``marker``."""
+    """Pids of processes that a sandboxed run of this test may have left: the sandbox interpreter's own
+    command line (``python -S -B -u main.py``) or one that carries ``marker``."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -36,8 +58,11 @@ def leftover(marker: str | None = None) -> list[int]:
                 argv = fh.read().split(b"\0")
         except OSError:
             continue
-        if argv[1:5] == [b"-S", b"-B", b"-u", b"main.py"] or (marker and marker.encode() in b" ".join(argv)):
-            found.append(int(entry.name))
+        pid = int(entry.name)
+        if marker and marker.encode() in b" ".join(argv):
+            found.append(pid)
+        elif argv[1:5] == [b"-S", b"-B", b"-u", b"main.py"] and _ours_or_orphaned(pid):
+            found.append(pid)
     return found
 
 
