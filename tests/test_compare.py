@@ -18,6 +18,7 @@ from whale_train.compare import (
     CompareConfig,
     build_table,
     mean_sd,
+    operator_gains,
     paired_ci,
     plan,
     reproduction,
@@ -250,6 +251,7 @@ def test_table_from_hand_made_ledgers(tmp_path):
     md = write_table(table, out).read_text()
     assert "| whale | 43.3 ± 20.8 | 3 | 65 (2/3 seeds; not reached by the others) |" in md
     assert "| whale − weight-only |" in md and "## Schedule ablation" in md
+    assert "| method | RSFT steps | weight gain (points) |" in md
     for png in ("accuracy_math.png", "ablation.png"):
         assert (out / "plots" / png).stat().st_size > 1000
 
@@ -291,6 +293,28 @@ def test_reproduction_against_a_reference_table():
     table["domains"]["math"]["methods"]["fst"] = _cell([0], [0.31])
     rep = reproduction(table, reference)
     assert [c["within"] for c in rep["cells"]] == [False, False] and rep["within"] == 0
+
+
+def test_operator_gains_credit_each_evaluation_to_the_unit_before_it():
+    def iteration(accepted, statuses):
+        candidates = [{"id": f"c{i}", "status": st} for i, st in enumerate(statuses)]
+        return {"kind": "iteration", "accepted": accepted, "candidates": candidates}
+
+    units = [
+        {"unit": 0, "phase": "weight"},
+        {"unit": 1, "phase": "weight"},
+        {"unit": 2, "phase": "harness", "signals": {"kind": "rescore", "accepted": False}},
+        {"unit": 3, "phase": "harness", "signals": iteration(False, ["invalid", "valid"])},
+        {"unit": 4, "phase": "harness", "signals": iteration(True, ["valid", "valid"])},
+        {"unit": 5, "phase": "weight"},
+    ]
+    evals = [(0, 0.2), (1, 0.3), (2, 0.25), (5, 0.6), (6, 0.55)]  # (unit, mean): after units 0, 1, 4, 5
+    gains = operator_gains({"units": units, "evals": [{"unit": u, "mean": m} for u, m in evals]})
+    assert gains["weight_gain"] == pytest.approx(0.1 - 0.05 - 0.05)
+    assert gains["harness_gain"] == pytest.approx(0.35)
+    assert gains["weight_gain"] + gains["harness_gain"] == pytest.approx(0.55 - 0.2)
+    assert (gains["weight_steps"], gains["harness_iterations"], gains["candidates"]) == (3, 2, 4)
+    assert (gains["invalid"], gains["accepted"]) == (1, 1)
 
 
 def test_run_grid_trains_only_unfinished_runs_and_refuses_a_stale_folder(tmp_path):

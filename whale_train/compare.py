@@ -524,6 +524,36 @@ def _elapsed(run_dir: Path, summary: dict[str, Any]) -> float:
         return float(summary["seconds"])
 
 
+def operator_gains(summary: dict[str, Any]) -> dict[str, Any]:
+    """Which operator moved a run's test accuracy, from its ledger: the change of test mean@k from one
+    evaluation to the next, credited to the phase of the unit just before it (``weight_gain``,
+    ``harness_gain``; they sum to the final minus the first evaluation), with the work each operator
+    did: RSFT steps, harness iterations, candidates proposed, rejected before scoring (``invalid``:
+    check_harness refused them) and accepted."""
+    phase_of = {u.get("unit"): u["phase"] for u in summary["units"]}
+    gains = {"weight": 0.0, "harness": 0.0}
+    evals = summary["evals"]
+    for before, after in zip(evals, evals[1:], strict=False):
+        phase = phase_of.get(after["unit"] - 1) if "unit" in after else None
+        if phase in gains:
+            gains[phase] += after["mean"] - before["mean"]
+    iterations = [
+        u["signals"]
+        for u in summary["units"]
+        if u["phase"] == "harness" and u["signals"].get("kind") == "iteration"
+    ]
+    candidates = [c for sig in iterations for c in sig.get("candidates", [])]
+    return {
+        "weight_steps": sum(u["phase"] == "weight" for u in summary["units"]),
+        "weight_gain": gains["weight"],
+        "harness_iterations": len(iterations),
+        "candidates": len(candidates),
+        "invalid": sum(c.get("status") != "valid" for c in candidates),
+        "accepted": sum(bool(sig.get("accepted")) for sig in iterations),
+        "harness_gain": gains["harness"],
+    }
+
+
 def collect(runs: Sequence[RunSpec], out: Path) -> dict[str, dict[str, Any]]:
     """The summary of every finished run, by run name (``report.run_summary`` plus wall time)."""
     found = {}
@@ -588,6 +618,7 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
             with_ref = [x for (r, _), x in zip(cell, reach, strict=True) if r.seed in reference]
             reached = [x for x in with_ref if x is not None]
             mean, sd = mean_sd(best)
+            ops = [operator_gains(s) for _, s in cell]
             methods[method] = {
                 "seeds": [r.seed for r, _ in cell],
                 "missing_seeds": sorted(
@@ -602,6 +633,7 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
                 "reached": len(reached),
                 "reach_of": len(with_ref),
                 "wall_seconds": round(sum(s["wall_seconds"] for _, s in cell), 1),
+                "operators": {key: mean_sd([o[key] for o in ops])[0] for key in ops[0]} if ops else {},
             }
         paired = {}
         if WHALE in cfg.methods:
@@ -772,6 +804,24 @@ def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
                 ci = "—" if p["lo"] is None else f"[{_pct(p['lo'])}, {_pct(p['hi'])}]"
                 per = ", ".join(f"{s}: {_pct(x)}" for s, x in zip(p["seeds"], p["diffs"], strict=True))
                 lines.append(f"| {WHALE} − {base} | {_pct(p['mean'])} | {ci} | {p['n']} | {per or '—'} |")
+        ops = {m: c["operators"] for m, c in d["methods"].items() if c.get("operators")}
+        if ops:
+            lines += [
+                "",
+                "Where the accuracy moved (mean over seeds): the change of test mean@k credited to the "
+                "operator whose unit preceded each evaluation (weight + harness = final − start), and "
+                "what each operator did.",
+                "",
+                "| method | RSFT steps | weight gain (points) | harness iterations | candidates | "
+                "rejected by check_harness | accepted | harness gain (points) |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+            for method, o in ops.items():
+                lines.append(
+                    f"| {method} | {o['weight_steps']:.1f} | {100 * o['weight_gain']:+.1f} | "
+                    f"{o['harness_iterations']:.1f} | {o['candidates']:.1f} | {o['invalid']:.1f} | "
+                    f"{o['accepted']:.1f} | {100 * o['harness_gain']:+.1f} |"
+                )
         if name in plots:
             lines += ["", f"![accuracy vs rollouts: {name}]({plots[name]})"]
         lines.append("")
