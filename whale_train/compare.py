@@ -762,6 +762,14 @@ def _reach_text(cell: dict[str, Any]) -> str:
     return text
 
 
+def _invocation_text(inv: dict[str, Any]) -> str:
+    if not inv:
+        return ""
+    if not inv["ran"]:
+        return " (this invocation ran nothing: every run had finished)"
+    return f" (this invocation: {len(inv['ran'])} runs, {_minutes(inv['wall_seconds'])} wall with {inv['jobs']} jobs)"
+
+
 def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
     lines = [f"# Method comparison: {table['name']}", ""]
     inv = table.get("invocation", {})
@@ -769,9 +777,7 @@ def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
         f"{len(table['domains'])} domains × {len(table['methods'])} methods × {len(table['seeds'])} seeds"
         + (f", plus the schedule ablation on {table['ablation']['domain']}" if table.get("ablation") else "")
         + f"; {table['finished_runs']} of {table['unique_runs']} runs finished; "
-        f"run time {_minutes(table['total_run_seconds'])} in all"
-        + (f" (this invocation: {_minutes(inv['wall_seconds'])} wall with {inv['jobs']} jobs)" if inv else "")
-        + ".",
+        f"run time {_minutes(table['total_run_seconds'])} in all" + _invocation_text(inv) + ".",
         "",
         "Best test mean@k: the highest test evaluation of a run (mean over k samples per task, in percent), "
         "mean ± standard deviation over seeds. Rollouts to reach: the first evaluation at or above the "
