@@ -243,6 +243,7 @@ def test_table_from_hand_made_ledgers(tmp_path):
     assert p["lo"] < p["mean"] < p["hi"]
     (point,) = table["ablation"]["points"]
     assert (point["weight_epochs"], point["harness_iterations"], point["best"]) == (0.2, 2, [0.7, 0.5])
+    assert point["reach"] == [60, 60] and (point["reached"], point["reach_of"]) == (2, 2)
     # a seed that is missing drops out of the pairs, and the cell says so
     (out / "runs" / "math-harness-only-s1" / "ledger.jsonl").unlink()
     table = build_table(cfg, runs, out)

@@ -665,6 +665,12 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
             ]
             best = [s["best_mean"] for _, s in cell]
             mean, sd = mean_sd(best)
+            peaks = table["domains"].get(cfg.ablation["domain"], {}).get("reference_peak", {})
+            reach = [
+                rollouts_to_reach(s["evals"], peaks[str(r.seed)]) if str(r.seed) in peaks else None
+                for r, s in cell
+            ]
+            reached = [x for x in reach if x is not None]
             points.append(
                 {
                     "weight_epochs": e,
@@ -673,6 +679,10 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
                     "best": best,
                     "best_mean": mean,
                     "best_sd": sd,
+                    "reach": reach,
+                    "reach_mean": mean_sd(reached)[0],
+                    "reached": len(reached),
+                    "reach_of": sum(str(r.seed) in peaks for r, _ in cell),
                     "wall_seconds": round(sum(s["wall_seconds"] for _, s in cell), 1),
                 }
             )
@@ -837,15 +847,17 @@ def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
         lines += [
             f"## Schedule ablation: {WHALE} (E, I) on {ab['domain']}",
             "",
-            f"| E (epochs) | I (iterations) | best test mean@{domain['k']} (%) | seeds | per seed | total wall time |",
-            "|---|---|---|---|---|---|",
+            f"| E (epochs) | I (iterations) | best test mean@{domain['k']} (%) | seeds | per seed | "
+            f"rollouts to reach {REFERENCE}'s peak | total wall time |",
+            "|---|---|---|---|---|---|---|",
         ]
         for p in ab["points"]:
             sd = "" if p["best_sd"] is None else f" ± {_pct(p['best_sd'])}"
             per = ", ".join(f"{s}: {_pct(x)}" for s, x in zip(p["seeds"], p["best"], strict=True))
             lines.append(
                 f"| {p['weight_epochs']:g} | {p['harness_iterations']} | {_pct(p['best_mean'])}{sd} | "
-                f"{len(p['seeds'])} | {per or '—'} | {_minutes(p['wall_seconds'])} |"
+                f"{len(p['seeds'])} | {per or '—'} | {_reach_text(p) if 'reach_of' in p else '—'} | "
+                f"{_minutes(p['wall_seconds'])} |"
             )
         if "ablation" in plots:
             lines += ["", f"![schedule ablation]({plots['ablation']})"]
@@ -918,20 +930,35 @@ def plot_accuracy(table: dict[str, Any], domain: str, path: Path, points: int = 
 
 
 def plot_ablation(table: dict[str, Any], path: Path) -> Path:
+    """Two panels per (E, I) point: best test mean@k, and rollouts to reach weight-only's peak (seeds
+    that never reach it are left out of the bar and drawn at the budget as crosses)."""
     ab = table["ablation"]
-    k = table["domains"][ab["domain"]]["k"]
+    domain = table["domains"][ab["domain"]]
     labels = [f"E={p['weight_epochs']:g}\nI={p['harness_iterations']}" for p in ab["points"]]
+    xs = np.arange(len(labels))
+    fig, (acc, cost) = plt.subplots(1, 2, figsize=(9, 3.6))
     means = [100 * (p["best_mean"] or 0.0) for p in ab["points"]]
     sds = [100 * (p["best_sd"] or 0.0) for p in ab["points"]]
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    xs = np.arange(len(labels))
-    ax.bar(xs, means, yerr=sds, capsize=4, color="#4c72b0", alpha=0.8)
+    acc.bar(xs, means, yerr=sds, capsize=4, color="#4c72b0", alpha=0.8)
     for x, p in zip(xs, ab["points"], strict=True):
-        ax.scatter([x] * len(p["best"]), [100 * b for b in p["best"]], color="black", s=12, zorder=3)
-    ax.set_xticks(xs, labels)
-    ax.set_ylabel(f"best test mean@{k} (%)")
-    ax.set_title(f"whale schedule (E, I) on {ab['domain']} (mean ± SD; dots: seeds)", fontsize=9)
-    ax.grid(alpha=0.3, axis="y")
+        acc.scatter([x] * len(p["best"]), [100 * b for b in p["best"]], color="black", s=12, zorder=3)
+    acc.set_ylabel(f"best test mean@{domain['k']} (%)")
+    acc.set_title("accuracy (mean ± SD; dots: seeds)", fontsize=9)
+    for x, p in zip(xs, ab["points"], strict=True):
+        reach = p.get("reach", [])
+        reached = [r for r in reach if r is not None]
+        if reached:
+            cost.bar(x, float(np.mean(reached)), color="#dd8452", alpha=0.8)
+            cost.scatter([x] * len(reached), reached, color="black", s=12, zorder=3)
+        missed = len(reach) - len(reached)
+        if missed:
+            cost.scatter([x] * missed, [domain["budget"]] * missed, color="red", marker="x", zorder=3)
+    cost.set_ylabel(f"rollouts to reach {REFERENCE}'s peak")
+    cost.set_title("cost (mean; dots: seeds; x: not reached)", fontsize=9)
+    for ax in (acc, cost):
+        ax.set_xticks(xs, labels)
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"{WHALE} schedule (E, I) on {ab['domain']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
