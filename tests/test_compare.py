@@ -185,9 +185,16 @@ def _fake_run(out: Path, spec, evals, spent: int, elapsed: float) -> None:
     (run / "config.yaml").write_text(yaml.safe_dump(spec.config.to_dict(), sort_keys=False))
     events = [{"event": "start", "unit": 0, "rollouts_total": 0}]
     for x, mean in evals:
-        events.append({"event": "eval", "rollouts_total": x, "mean": mean, "se": 0.05})
+        events.append({"event": "eval", "unit": 0, "rollouts_total": x, "mean": mean, "se": 0.05})
     events.append(
-        {"event": "unit", "phase": "weight", "rollouts": spent, "rollouts_total": spent, "seconds": 1}
+        {
+            "event": "unit",
+            "unit": 0,
+            "phase": "weight",
+            "rollouts": spent,
+            "rollouts_total": spent,
+            "seconds": 1,
+        }
     )
     events.append({"event": "stop", "rollouts_total": spent, "reason": "budget"})
     (run / "ledger.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))

@@ -530,11 +530,11 @@ def operator_gains(summary: dict[str, Any]) -> dict[str, Any]:
     ``harness_gain``; they sum to the final minus the first evaluation), with the work each operator
     did: RSFT steps, harness iterations, candidates proposed, rejected before scoring (``invalid``:
     check_harness refused them) and accepted."""
-    phase_of = {u.get("unit"): u["phase"] for u in summary["units"]}
+    phase_of = {u["unit"]: u["phase"] for u in summary["units"]}
     gains = {"weight": 0.0, "harness": 0.0}
     evals = summary["evals"]
     for before, after in zip(evals, evals[1:], strict=False):
-        phase = phase_of.get(after["unit"] - 1) if "unit" in after else None
+        phase = phase_of.get(after["unit"] - 1)
         if phase in gains:
             gains[phase] += after["mean"] - before["mean"]
     iterations = [
@@ -551,6 +551,19 @@ def operator_gains(summary: dict[str, Any]) -> dict[str, Any]:
         "invalid": sum(c.get("status") != "valid" for c in candidates),
         "accepted": sum(bool(sig.get("accepted")) for sig in iterations),
         "harness_gain": gains["harness"],
+    }
+
+
+def _reach_fields(cell: Sequence[tuple[RunSpec, dict[str, Any]]], peaks: dict[int, float]) -> dict[str, Any]:
+    """Rollouts to reach the weight-only peak of the same seed (``peaks``), per run of ``cell``; None where
+    a run never reaches it or its seed has no weight-only run. The mean is over the runs that reach it."""
+    reach = [rollouts_to_reach(s["evals"], peaks[r.seed]) if r.seed in peaks else None for r, s in cell]
+    reached = [x for x in reach if x is not None]
+    return {
+        "reach": reach,
+        "reach_mean": mean_sd(reached)[0],
+        "reached": len(reached),
+        "reach_of": sum(r.seed in peaks for r, _ in cell),
     }
 
 
@@ -595,6 +608,7 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
             "wall_seconds": s["wall_seconds"] if s else None,
             "evals": [{k: e[k] for k in ("rollouts_total", "mean", "se")} for e in s["evals"]] if s else [],
         }
+    peaks_by_domain: dict[str, dict[int, float]] = {}
     for d in cfg.domains:
         specs = [r for r in grid if r.domain == d.name]
         k = specs[0].config.eval.k
@@ -603,6 +617,7 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
             for r in specs
             if r.method == REFERENCE and r.config.name in summaries
         }
+        peaks_by_domain[d.name] = reference
         methods: dict[str, Any] = {}
         for method in cfg.methods:
             cell = [
@@ -611,12 +626,6 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
                 if r.method == method and r.config.name in summaries
             ]
             best = [s["best_mean"] for _, s in cell]
-            reach = [
-                rollouts_to_reach(s["evals"], reference[r.seed]) if r.seed in reference else None
-                for r, s in cell
-            ]
-            with_ref = [x for (r, _), x in zip(cell, reach, strict=True) if r.seed in reference]
-            reached = [x for x in with_ref if x is not None]
             mean, sd = mean_sd(best)
             ops = [operator_gains(s) for _, s in cell]
             methods[method] = {
@@ -628,10 +637,7 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
                 "best_mean": mean,
                 "best_sd": sd,
                 "rollouts": [s["rollouts"] for _, s in cell],
-                "reach": reach,
-                "reach_mean": mean_sd(reached)[0],
-                "reached": len(reached),
-                "reach_of": len(with_ref),
+                **_reach_fields(cell, reference),
                 "wall_seconds": round(sum(s["wall_seconds"] for _, s in cell), 1),
                 "operators": {key: mean_sd([o[key] for o in ops])[0] for key in ops[0]} if ops else {},
             }
@@ -665,12 +671,6 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
             ]
             best = [s["best_mean"] for _, s in cell]
             mean, sd = mean_sd(best)
-            peaks = table["domains"].get(cfg.ablation["domain"], {}).get("reference_peak", {})
-            reach = [
-                rollouts_to_reach(s["evals"], peaks[str(r.seed)]) if str(r.seed) in peaks else None
-                for r, s in cell
-            ]
-            reached = [x for x in reach if x is not None]
             points.append(
                 {
                     "weight_epochs": e,
@@ -679,10 +679,7 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
                     "best": best,
                     "best_mean": mean,
                     "best_sd": sd,
-                    "reach": reach,
-                    "reach_mean": mean_sd(reached)[0],
-                    "reached": len(reached),
-                    "reach_of": sum(str(r.seed) in peaks for r, _ in cell),
+                    **_reach_fields(cell, peaks_by_domain.get(cfg.ablation["domain"], {})),
                     "wall_seconds": round(sum(s["wall_seconds"] for _, s in cell), 1),
                 }
             )
