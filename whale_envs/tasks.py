@@ -369,11 +369,30 @@ def make_source(domain: str, spec: str | TaskSource = "generated", **options: An
         raise TaskSourceError(
             f"unknown option(s) {', '.join(map(repr, unknown))} for task source {kind!r}; accepted: {names}"
         )
-    source = entry.factory(path, **merged)
+    _check_option_types(kind, accepted, merged)
+    try:
+        source = entry.factory(path, **merged)
+    except UnicodeDecodeError as exc:
+        raise TaskSourceError(
+            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the file as UTF-8"
+        ) from None
     if not entry.shared:
         return source
     with _SOURCE_LOCK:
         return _SOURCE_CACHE.setdefault(key, source)
+
+
+def _check_option_types(kind: str, params: Mapping[str, inspect.Parameter], options: Mapping[str, Any]) -> None:
+    """A text value for a numeric option (``min_rating=abc``) is an error naming the option, not a TypeError
+    deep inside the loader. Annotations are read as text (``int | None``, ``float``)."""
+    for key, value in options.items():
+        param = params.get(key)
+        if param is None or not isinstance(value, str):
+            continue
+        kinds = {t.strip() for t in str(param.annotation).split("|")}
+        if kinds & {"int", "float"} and not kinds & {"str", "Any", "inspect._empty"}:
+            want = "a whole number" if "float" not in kinds else "a number"
+            raise TaskSourceError(f"task source {kind!r}: option {key} must be {want}, got {value!r}")
 
 
 def config_from_options(cls: type, where: str, options: Mapping[str, Any]) -> Any:

@@ -9,6 +9,7 @@
     whale train CONFIG.yaml         WHALE or a baseline, with ledger, checkpoints, resume
     whale report RUN_DIR...         report.md and plots from run directories
     whale compare CONFIG.yaml       the methods x domains x seeds grid at matched budgets: table and plots
+    whale traces PATH               read traces.jsonl episode by episode, filtered by task, failure, harness
 
 Every command that takes ``--tasks`` takes the same spec string as ``gym.make(env_id, tasks=...)``:
 ``kind[:path][?key=value&...]`` (e.g. ``lichess``, ``lichess:puzzles.csv?min_rating=1500``, ``generated?seed=3``).
@@ -17,6 +18,7 @@ Every command that takes ``--tasks`` takes the same spec string as ``gym.make(en
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from collections import Counter
@@ -25,28 +27,89 @@ from pathlib import Path
 
 import gymnasium as gym
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import whale_envs
 from whale_envs.tasks import SPLIT_NAMES, SPLITS, TaskSourceError, source_kinds, split_ids
 
-console = Console()
+console = Console(soft_wrap=not sys.stdout.isatty())  # piped output: long lines stay whole
 errors = Console(stderr=True, soft_wrap=True)  # one line per error, never wrapped
+
+DISTRIBUTION = "whale-harness"  # the name on the package index; the import names are whale_envs, ...
 
 
 class CLIError(Exception):
     """A user mistake: printed as one clear line, exit status 2."""
 
 
-def _make_env(env_id: str, tasks: str | None, split: str = "all", **kwargs) -> gym.Env:
+class Interrupted(Exception):
+    """Ctrl-C: printed as one line saying how to continue, exit status 130."""
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def count(minimum: int = 0):
+    """An argparse ``type``: a whole number of at least ``minimum`` (``--k 0`` is an error, not mean@0)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"number >= {minimum}"
+    return parse
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors that say where the help is."""
+
+    def error(self, message: str) -> None:  # noqa: D102
+        errors.print(f"{self.prog}: error: {escape(message)} (see `{self.prog} --help`)", highlight=False)
+        self.exit(2)
+
+
+def make_env(env_id: str, tasks: str | None, split: str = "all", **kwargs) -> gym.Env:
+    """``gym.make`` with user errors (unknown env, bad task source) as one-line CLIErrors."""
     if env_id not in gym.registry:
         known = ", ".join(sorted(whale_envs.ENVS))
         raise CLIError(f"unknown env {env_id!r}; registered: {known}")
     try:
         options = {"tasks": tasks} if tasks else {}
         return gym.make(env_id, split=split, **options, **kwargs)
-    except TaskSourceError as exc:
-        raise CLIError(str(exc)) from None
+    except (TaskSourceError, ValueError) as exc:
+        raise CLIError(f"--tasks {tasks or 'generated'}: {exc}") from None
+
+
+_make_env = make_env
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, total: int):
+    """A progress bar on the console while a batch of episodes runs; yields ``advance()``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        job = bar.add_task(escape(description), total=total)
+        yield lambda: bar.advance(job)
+
+
+def env_domain(env_id: str) -> str:
+    """The folder of an env's shipped harnesses (``whale/Chess-v0`` -> ``chess_puzzles``)."""
+    return {"chess": "chess_puzzles", "math": "math", "search": "search_qa"}[_domain_of(env_id)]
 
 
 # ------------------------------------------------------------------------------------------ envs
@@ -94,24 +157,87 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------ eval
 
 
-def _load_harness(spec: str):
+def load_harness_for(spec: str, env_id: str, *, trusted: bool = False):
+    """Load and validate a harness for ``env_id``; a user error (bad file, another domain's shipped
+    harness, ``--trusted`` on a file that does not ship with the package) is a CLIError."""
     from harnesses.loader import load_harness
     from harnesses.validate import HarnessValidationError
 
     try:
-        return load_harness(spec)
-    except (HarnessValidationError, FileNotFoundError) as exc:
+        harness = load_harness(spec)
+    except FileNotFoundError as exc:
+        raise CLIError(f"--harness {spec}: {exc}") from None
+    except (HarnessValidationError, SyntaxError, UnicodeDecodeError) as exc:
         raise CLIError(f"harness {spec!r} fails validation: {exc}") from None
+    if harness.shipped and env_id in gym.registry:
+        domain, want = harness.name.split("/")[0], env_domain(env_id)
+        if domain != want:
+            raise CLIError(
+                f"--harness {spec} is a {domain} harness and cannot drive {env_id}; "
+                f"use one of {want}/*: {', '.join(_shipped(want))}"
+            )
+    if trusted and not harness.shipped:
+        raise CLIError(
+            f"--trusted runs only harnesses shipped with the package in this process, and {spec} is not one: "
+            "drop --trusted (it then runs in the sandboxed worker)"
+        )
+    return harness
+
+
+def _shipped(domain: str) -> list[str]:
+    from harnesses.loader import shipped_harnesses
+
+    return shipped_harnesses(domain)
+
+
+def check_model(model: str | None, backend: str = "transformers") -> None:
+    """A ``--model`` that names a path must be a model directory (an id like ``org/name`` goes to the hub)."""
+    if model is None or backend == "openai":
+        return
+    path = Path(model).expanduser()
+    if path.exists():
+        if path.is_dir() and not (path / "config.json").exists():
+            raise CLIError(f"cannot load model {model}: {path} is not a model directory (no config.json)")
+        return
+    if model.startswith(("/", ".", "~")) or model.count("/") > 1:
+        raise CLIError(
+            f"cannot load model {model}: no such directory; pass a model directory or a hub id like Qwen/Qwen3-0.6B"
+        )
 
 
 def _load_llm(args: argparse.Namespace):
     from whale_train.llm import ModelNotFound, load_llm
 
+    check_model(args.model, args.backend)
     kwargs = {"base_url": args.base_url} if args.backend == "openai" else {}
     try:
         return load_llm(args.backend, args.model, **kwargs)
-    except (ModelNotFound, ValueError, RuntimeError) as exc:
-        raise CLIError(str(exc)) from None
+    except (ModelNotFound, ValueError, RuntimeError, OSError) as exc:
+        raise CLIError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
+
+
+def first_errors(trajs) -> dict[str, dict]:
+    """Episodes that ended in an error (the harness raised, a model call failed, a timeout), by failure
+    category: how many, and the first message with its task, so a failure is never only in the traces."""
+    out: dict[str, dict] = {}
+    for t in trajs:
+        if not t.error:
+            continue
+        entry = out.setdefault(
+            t.failure or "error", {"episodes": 0, "first": t.error.strip().splitlines()[-1]}
+        )
+        entry["episodes"] += 1
+        entry.setdefault("task_id", t.task_id)
+    return out
+
+
+def print_errors(found: dict[str, dict], episodes: int) -> None:
+    for name, e in found.items():
+        errors.print(
+            f"[yellow]{name}[/yellow] in {e['episodes']} of {episodes} episodes; first (task {escape(str(e['task_id']))}): "
+            f"{escape(e['first'][:300])}",
+            highlight=False,
+        )
 
 
 def evaluate(args: argparse.Namespace) -> dict:
@@ -123,8 +249,8 @@ def evaluate(args: argparse.Namespace) -> dict:
 
     from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts, summarize, write_jsonl
 
-    harness = _load_harness(args.harness)
     env = _make_env(args.env, args.tasks, args.split).unwrapped
+    harness = load_harness_for(args.harness, args.env, trusted=args.trusted)
     task_ids = env.task_ids[: args.limit] if args.limit else env.task_ids
     llm = _load_llm(args)
     config = RolloutConfig(
@@ -153,7 +279,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     summary = summarize(trajs)
     results = {
         "env": args.env,
-        "tasks": env.source.name,
+        "task_source": env.source.name,
         "split": args.split,
         "harness": harness.name,
         "model": getattr(llm, "name", str(args.model)),
@@ -163,8 +289,10 @@ def evaluate(args: argparse.Namespace) -> dict:
         "wall_seconds": round(wall, 2),
         "episodes_per_second": round(len(trajs) / wall, 2) if wall else None,
         **summary,
+        "errors": first_errors(trajs),
     }
     _print_results(results)
+    print_errors(results["errors"], len(trajs))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -175,7 +303,7 @@ def evaluate(args: argparse.Namespace) -> dict:
 
 
 def _print_results(r: dict) -> None:
-    table = Table(title=f"{r['harness']} · {r['env']} · {r['tasks']} ({r['split']})")
+    table = Table(title=f"{r['harness']} · {r['env']} · {r['task_source']} ({r['split']})")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row(f"mean@{r['k']}", f"{100 * r['mean']:.1f}% ± {100 * r['se']:.1f}")
@@ -192,20 +320,27 @@ def _print_results(r: dict) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    evaluate(args)
+    results = evaluate(args)
+    failed = sum(e["episodes"] for e in results["errors"].values())
+    if results["episodes"] and failed == results["episodes"]:
+        errors.print(f"every episode failed ({', '.join(results['errors'])}): see the first error above")
+        return 1
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from harnesses.check import check_harness
 
-    if args.env not in gym.registry:
-        raise CLIError(f"unknown env {args.env!r}; registered: {', '.join(sorted(whale_envs.ENVS))}")
+    _make_env(args.env, args.tasks, "train")  # a bad env or task source is a user error, before any work
+    harness = load_harness_for(args.harness, args.env, trusted=args.trusted)
     env_kwargs = {"tasks": args.tasks} if args.tasks else {}
-    report = check_harness(
-        args.harness, args.env, env_kwargs=env_kwargs, n_tasks=args.n_tasks, trusted=args.trusted
-    )
-    console.print(str(report))
+    with console.status(
+        f"check_harness: {harness.name} on {args.n_tasks} {args.env} tasks with null models ..."
+    ):
+        report = check_harness(
+            harness, args.env, env_kwargs=env_kwargs, n_tasks=args.n_tasks, trusted=args.trusted
+        )
+    console.print(str(report), markup=False, highlight=False)
     return 0 if report.ok else 1
 
 
@@ -213,12 +348,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="whale",
         description="WHALE: jointly optimize an LLM agent's weights and its harness.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Task sources (--tasks) are spec strings: kind[:path][?key=value&...]. See `whale envs`.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("envs", help="list the registered environments and their task sources")
@@ -229,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", required=True, help="env id, e.g. whale/Chess-v0")
     p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
     p.add_argument("--split", default="test", choices=SPLIT_NAMES)
-    p.add_argument("--limit", type=int, default=20, help="show at most N tasks (0 = all)")
+    p.add_argument("--limit", type=count(0), default=20, help="show at most N tasks (0 = all)")
     p.set_defaults(func=cmd_tasks)
 
     p = sub.add_parser(
@@ -248,20 +384,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
     p.add_argument("--split", default="test", choices=SPLIT_NAMES)
-    p.add_argument("--limit", type=int, default=0, help="evaluate the first N tasks of the split (0 = all)")
-    p.add_argument("--k", type=int, default=8, help="samples per task (mean@k, pass@k)")
+    p.add_argument(
+        "--limit", type=count(0), default=0, help="evaluate the first N tasks of the split (0 = all)"
+    )
+    p.add_argument("--k", type=count(1), default=8, help="samples per task (mean@k, pass@k)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--concurrency", type=int, default=128, help="episodes in flight (the model's batch size)")
+    p.add_argument(
+        "--concurrency", type=count(1), default=128, help="episodes in flight (the model's batch size)"
+    )
     p.add_argument("--trusted", action="store_true", help="run a shipped harness in this process (faster)")
     p.add_argument("--out", default=None, help="write results.json and traces.jsonl here")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("check", help="check_harness: run a harness with null models and report what breaks")
-    p.add_argument("--env", required=True)
-    p.add_argument("--harness", required=True)
-    p.add_argument("--tasks", default=None)
-    p.add_argument("--n-tasks", type=int, default=16)
-    p.add_argument("--trusted", action="store_true")
+    p.add_argument("--env", required=True, help="env id, e.g. whale/Math-v0")
+    p.add_argument("--harness", required=True, help="a harness file, or a shipped name like math/h0")
+    p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
+    p.add_argument("--n-tasks", type=count(1), default=16, help="train-split tasks to run the checks on")
+    p.add_argument("--trusted", action="store_true", help="run a shipped harness in this process (faster)")
     p.set_defaults(func=cmd_check)
 
     # Commands that live with their subsystem: each module adds its own subcommand.
@@ -271,6 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
         "whale_train.trainer",
         "whale_train.report",
         "whale_train.compare",
+        "whale_train.traces",
     ):
         importlib.import_module(module).add_parser(sub)
     return parser
@@ -280,9 +421,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except CLIError as exc:
-        errors.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+    except (CLIError, TaskSourceError) as exc:  # escaped: `[gpu]` in a message is text, not markup
+        errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
+    except (Interrupted, KeyboardInterrupt) as exc:
+        errors.print(f"interrupted{': ' + escape(str(exc)) if str(exc) else ''}", highlight=False)
+        return 130
 
 
 if __name__ == "__main__":

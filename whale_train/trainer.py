@@ -12,7 +12,7 @@ The run directory::
     checkpoints/<v>/  model versions (save_pretrained + optimizer state)
     archive/          the harness archive (candidates, scores and traces per model version)
     eval/             test mean@k per (model version, harness)
-    tb/               TensorBoard event files
+    tb/               TensorBoard event files (``report_to``; wandb/ and trackio/ when those are asked for)
     report.md, plots/ written by ``whale report``
 
 Resume: a unit is the grain of work. A run killed at any point restarts the unit it was in, from the
@@ -22,6 +22,7 @@ by unit, so the rerun is identical and nothing is counted twice.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -38,6 +39,7 @@ from harnesses.loader import HarnessRef, load_harness
 from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
 from whale_train.rsft import RSFT, RSFTConfig
 from whale_train.schedule import METHODS, Decision, RunState, ScheduleConfig, make_schedule
+from whale_train.tracking import Tracker, event_metrics, parse_report_to
 
 DOMAIN_OF = {"whale/Chess-v0": "chess_puzzles", "whale/Math-v0": "math", "whale/SearchQA-v0": "search_qa"}
 
@@ -83,6 +85,8 @@ class TrainConfig:
     search: dict[str, Any] = field(default_factory=dict)  # MetaHarnessConfig fields
     eval: EvalConfig = field(default_factory=EvalConfig)
     concurrency: int = 128
+    # experiment trackers: none, tensorboard, wandb (offline), trackio (local), or a list (whale_train.tracking)
+    report_to: Any = "tensorboard"
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -93,6 +97,11 @@ class TrainConfig:
             raise ValueError("budget_rollouts must be positive")
         if self.eval.every not in ("phase", "unit"):
             raise ValueError("eval.every must be 'phase' or 'unit'")
+        if self.eval.k < 1 or self.eval.limit < 0:
+            raise ValueError("eval.k must be at least 1 and eval.limit at least 0 (0 = all)")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        parse_report_to(self.report_to)
         self.schedule.validate()
         self.rsft.validate()
 
@@ -144,7 +153,7 @@ class TrainConfig:
     def load(cls, path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
         """Read a YAML config (``base: other.yaml`` merges another file first, relative to this one),
         then apply ``key=value`` overrides (dotted keys for nested fields)."""
-        data = _read_yaml(Path(path)) if path else {}
+        data = _read_yaml(find_config(path)) if path else {}
         for item in overrides:
             key, eq, value = item.partition("=")
             if not eq:
@@ -176,10 +185,45 @@ def _coerce(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: The configs that ship with the package (``configs/`` of the repository): ``whale train demo`` or
+#: ``whale train math/whale`` finds them by name.
+SHIPPED_CONFIGS = Path(__file__).resolve().parent / "configs"
+
+
+def shipped_configs() -> list[str]:
+    return sorted(
+        str(p.relative_to(SHIPPED_CONFIGS).with_suffix(""))
+        for p in SHIPPED_CONFIGS.rglob("*.yaml")
+        if p.parent.name != "compare"
+    )
+
+
+def find_config(spec: str | Path) -> Path:
+    """A config file: the path itself if it exists, else a shipped config by name (``demo``,
+    ``math/whale``, ``configs/math/whale.yaml``). FileNotFoundError names the shipped ones."""
+    path = Path(spec)
+    if path.exists():
+        return path
+    name = str(spec).removeprefix("configs/").removesuffix(".yaml")
+    shipped = SHIPPED_CONFIGS / f"{name}.yaml"
+    if shipped.exists():
+        return shipped
+    raise FileNotFoundError(f"no config file {spec}; shipped configs: {', '.join(shipped_configs())}")
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"no config file {path}")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ValueError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a config is a mapping of fields, got {type(data).__name__}")
     base = data.pop("base", None)
     if base is None:
         return data
@@ -237,7 +281,14 @@ class Run:
     """One training run in a run directory (see the module docstring)."""
 
     def __init__(
-        self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False, llm: Any = None, log=print
+        self,
+        config: TrainConfig,
+        run_dir: str | Path,
+        *,
+        resume: bool = False,
+        llm: Any = None,
+        log=print,
+        progress=None,
     ):
         self.config = config
         self.dir = Path(run_dir)
@@ -270,7 +321,9 @@ class Run:
         self.iterations = 0  # search iterations finished (a rerun unit asks for the same iteration again)
         self.started = time.monotonic()
         self.elapsed_before = 0.0
-        self._writer = None
+        self.tracker: Tracker | None = None
+        # progress(description, total) -> a context manager yielding advance(); None: no progress shown
+        self.progress = progress
         if resume and existing:
             self._restore()
 
@@ -341,24 +394,11 @@ class Run:
         with open(self.dir / "ledger.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(event, default=str) + "\n")
         self.ledger_lines += 1
-        self._tensorboard(event)
-
-    def _tensorboard(self, event: dict[str, Any]) -> None:
-        try:
-            if self._writer is None:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._writer = SummaryWriter(str(self.dir / "tb"))
-        except ImportError:
-            return
-        step = event["rollouts_total"]
-        if event["event"] == "eval":
-            self._writer.add_scalar("test/mean_at_k", event["mean"], step)
-        elif event["event"] == "unit":
-            for key, value in event.get("signals", {}).items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    self._writer.add_scalar(f"{event['phase']}/{key}", value, step)
-        self._writer.flush()
+        if self.tracker is None:
+            self.tracker = Tracker(
+                self.config.report_to, self.dir, name=self.dir.name, config=self.config.to_dict()
+            )
+        self.tracker.log(event_metrics(event), event["rollouts_total"])
 
     def _save_state(self) -> None:
         """Save the model state of this unit under its own name, then point state.json at it (atomically),
@@ -429,14 +469,17 @@ class Run:
             concurrency=self.config.concurrency,
             trusted=self.harness.shipped,
         )
-        trajs = run_rollouts(
-            self.harness,
-            self.config.env,
-            self.llm,
-            ids,
-            env_kwargs={"split": e.split, **self.config.env_kwargs},
-            config=rollout,
-        )
+        show = self.progress or _no_progress
+        with show(f"test mean@{e.k}: {self.harness.name}, model v{version}", len(ids) * e.k) as advance:
+            trajs = run_rollouts(
+                self.harness,
+                self.config.env,
+                self.llm,
+                ids,
+                env_kwargs={"split": e.split, **self.config.env_kwargs},
+                config=rollout,
+                progress=lambda _t: advance(),
+            )
         summary = summarize(trajs)
         result = {
             k: summary[k]
@@ -462,6 +505,14 @@ class Run:
     # -------------------------------------------------------------- the loop
 
     def run(self) -> dict[str, Any]:
+        try:
+            return self._run()
+        finally:
+            if self.tracker is not None:
+                self.tracker.close()
+                self.tracker = None
+
+    def _run(self) -> dict[str, Any]:
         self._costs()
         if self.units == 0:
             self._ledger(
@@ -590,6 +641,11 @@ class Run:
 # ------------------------------------------------------------------------------------------ files
 
 
+@contextlib.contextmanager
+def _no_progress(_description: str, _total: int):
+    yield lambda: None
+
+
 def crash_point(name: str, unit: int) -> None:
     """Fault injection for the resume tests: ``WHALE_CRASH_AT=name@unit`` SIGKILLs the process there."""
     if os.environ.get("WHALE_CRASH_AT") == f"{name}@{unit}":
@@ -622,13 +678,15 @@ def add_parser(subparsers) -> None:
         help="train: alternate RSFT and harness search (or a baseline) under a rollout budget",
         description="Run WHALE or a baseline (method: whale, adaptive, weight-only, harness-only, stagewise, fst) "
         "from a YAML config. Leaves a run directory with the ledger, checkpoints, the harness archive, test "
-        "evaluations and TensorBoard events; --resume continues a killed run where it stopped.",
+        "evaluations and tracker logs (report_to: TensorBoard by default); --resume continues a stopped run "
+        f"where it stopped. Shipped configs, by name: {', '.join(shipped_configs())}.",
     )
     p.add_argument(
         "config",
         nargs="?",
         default=None,
-        help="YAML config (see configs/); fields not given keep their defaults",
+        help="a YAML config file or a shipped config's name (demo, math/whale, ...); "
+        "with --resume it may be left out (the run's own config.yaml is used)",
     )
     p.add_argument(
         "--set",
@@ -639,29 +697,64 @@ def add_parser(subparsers) -> None:
         help="override a field (dotted for nested: rsft.learning_rate=5e-5)",
     )
     p.add_argument("--out", default=None, help="run directory (default: runs/<name>)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out (which must exist; an existing folder without a run starts one)",
+    )
     p.add_argument("--no-report", action="store_true", help="do not write report.md and plots at the end")
     p.set_defaults(func=cmd_train)
+
+
+def _train_config(args) -> TrainConfig:
+    from whale_train.cli import CLIError
+
+    path = args.config
+    if path is None:
+        saved = Path(args.out) / "config.yaml" if args.out else None
+        if not (args.resume and saved and saved.exists()):
+            raise CLIError(
+                "whale train needs a config: a YAML file or a shipped name "
+                f"({', '.join(shipped_configs())}), e.g. `whale train demo`"
+            )
+        path = saved
+    try:
+        return TrainConfig.load(path, args.overrides)
+    except (ValueError, FileNotFoundError, TypeError) as exc:
+        raise CLIError(f"bad config {path}: {exc}") from None
 
 
 def cmd_train(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from whale_train.cli import CLIError
+    from whale_train.cli import CLIError, Interrupted, check_model, load_harness_for, make_env, progress_bar
 
-    console = Console()
-    try:
-        config = TrainConfig.load(args.config, args.overrides)
-    except (ValueError, FileNotFoundError, yaml.YAMLError) as exc:
-        raise CLIError(f"bad config: {exc}") from None
+    console = Console(soft_wrap=True)
+    config = _train_config(args)
     out = Path(args.out or f"runs/{config.name}")
+    if args.resume and not out.exists():
+        raise CLIError(
+            f"--resume: {out} does not exist, so there is no run to resume; drop --resume to start one"
+        )
+    # user errors in the config surface here, before the run directory is made
+    make_env(config.env, config.tasks, config.eval.split)
+    load_harness_for(config.harness_name, config.env)
+    check_model(config.model, config.backend)
     try:
-        run = Run(config, out, resume=args.resume, log=console.print)
-    except (FileExistsError, ValueError) as exc:
+        run = Run(config, out, resume=args.resume, log=console.print, progress=progress_bar)
+    except (FileExistsError, ValueError, ImportError) as exc:
         raise CLIError(str(exc)) from None
     console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")
-    summary = run.run()
+    try:
+        summary = run.run()
+    except KeyboardInterrupt:
+        again = f"whale train {args.config or ''} --out {out} --resume".replace("  ", " ")
+        raise Interrupted(
+            f"stopped in unit {run.units} ({run.state.rollouts} rollouts done); `{again}` continues it"
+        ) from None
+    except ImportError as exc:  # a tracker asked for in report_to is not installed
+        raise CLIError(str(exc)) from None
     table = Table(title=f"{config.name}: {config.method} on {config.env}")
     table.add_column("metric")
     table.add_column("value", justify="right")
