@@ -382,7 +382,9 @@ def make_source(domain: str, spec: str | TaskSource = "generated", **options: An
         return _SOURCE_CACHE.setdefault(key, source)
 
 
-def _check_option_types(kind: str, params: Mapping[str, inspect.Parameter], options: Mapping[str, Any]) -> None:
+def _check_option_types(
+    kind: str, params: Mapping[str, inspect.Parameter], options: Mapping[str, Any]
+) -> None:
     """A text value for a numeric option (``min_rating=abc``) is an error naming the option, not a TypeError
     deep inside the loader. Annotations are read as text (``int | None``, ``float``)."""
     for key, value in options.items():

@@ -21,16 +21,18 @@ and ``_default_max_turns(task)``.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import functools
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 import gymnasium as gym
+import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import read_from_shared_memory
 
 from whale_envs.tasks import Task, TaskSource, check_split, make_source, split_ids
 
@@ -49,17 +51,72 @@ CHARSET = frozenset(chr(c) for lo, hi in _RANGES for c in range(lo, hi + 1))
 _OUTSIDE = re.compile("[^\t\n\x20-\x7e\u00a0-\ud7ff\ue000-\ufffd]")
 
 
+class TextSpace(spaces.Text):
+    """``spaces.Text`` over CHARSET with a short ``repr`` (the stock one prints all 55k characters) and
+    shared memory that works in ``AsyncVectorEnv`` (registered below)."""
+
+    def __reduce__(self):  # pickles as its two lengths, not as 63k characters and their index
+        return (_text_space, (self.max_length, self.min_length))
+
+    def __repr__(self) -> str:
+        return (
+            f"TextSpace({self.min_length}, {self.max_length}, charset=<{len(self.character_set)} characters: "
+            "tab, newline, printable ASCII and the Basic Multilingual Plane>)"
+        )
+
+
 @functools.cache
-def _text_space_prototype(max_length: int, min_length: int) -> spaces.Text:
-    return spaces.Text(max_length, min_length=min_length, charset=CHARSET)
+def _text_space_prototype(max_length: int, min_length: int) -> TextSpace:
+    return TextSpace(max_length, min_length=min_length, charset=CHARSET)
 
 
-def _text_space(max_length: int, min_length: int) -> spaces.Text:
+def _text_space(max_length: int, min_length: int) -> TextSpace:
     """A Text space over CHARSET. Building one indexes 55k characters (~50 ms), so envs share the
     character tables of one prototype and get their own sampling RNG."""
-    space = copy.copy(_text_space_prototype(max_length, min_length))
+    space = TextSpace.__new__(TextSpace)  # a shallow copy (copy.copy would call __reduce__, i.e. this)
+    space.__dict__.update(_text_space_prototype(max_length, min_length).__dict__)
     space._np_random = None
     return space
+
+
+class _SharedTexts(Sequence):
+    """The observations of an ``AsyncVectorEnv`` in shared memory, read when looked at.
+
+    Gymnasium 1.x reads a ``Text`` space's shared memory once, when the vector env is built, so every
+    observation came back as the empty buffer (32,768 tab characters). This view decodes the buffer on
+    access; ``deepcopy`` (what ``AsyncVectorEnv(copy=True)`` returns) gives a plain tuple of strings.
+    """
+
+    def __init__(self, space: TextSpace, memory: Any, n: int):
+        self.space, self.memory, self.n = space, memory, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(self.n)))
+        if not -self.n <= index < self.n:
+            raise IndexError(index)
+        size = self.space.max_length
+        start = (index % self.n) * size
+        data = np.frombuffer(self.memory.get_obj(), dtype=np.int32)[start : start + size]
+        chars = self.space.character_list
+        return "".join(chars[v] for v in data[data < len(chars)])
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+    def __deepcopy__(self, memo: dict) -> tuple[str, ...]:
+        return tuple(self)
+
+
+@read_from_shared_memory.register(TextSpace)
+def _read_text_space(space: TextSpace, shared_memory: Any, n: int = 1) -> _SharedTexts:
+    return _SharedTexts(space, shared_memory, n)
 
 
 def fit_text(text: str, max_chars: int = MAX_OBS_CHARS) -> str:
@@ -122,6 +179,8 @@ class TextEnv(gym.Env[str, str], Generic[P]):
         if max_turns is not None and max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         self.render_mode = render_mode
+        # what rebuilds the source after unpickling (a spec string); a TaskSource object is pickled as is
+        self._source_spec = (tasks, dict(task_options or {})) if isinstance(tasks, str) else None
         self.source: TaskSource[P] = make_source(self.domain, tasks, **dict(task_options or {}))
         self.split = check_split(split)
         self.task_ids: list[str] = split_ids(self.source, split)
@@ -136,6 +195,47 @@ class TextEnv(gym.Env[str, str], Generic[P]):
         self.done = True
         self.total_reward = 0.0
         self._last_obs = ""
+
+    # ----------------------------------------------------------------------------- pickling, spec
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Envs pickle (multiprocessing, ``copy.deepcopy``): a source named by a spec string is rebuilt
+        from it on unpickling (generated sources hold local functions), everything else is kept."""
+        state = dict(self.__dict__)
+        if state.get("_source_spec") is not None:
+            state["source"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.source is None:
+            tasks, options = self._source_spec
+            self.source = make_source(self.domain, tasks, **options)
+
+    @property
+    def spec(self) -> gym.envs.registration.EnvSpec | None:
+        """The registration spec, with ``max_episode_steps`` set to this env's turn limit (the env
+        truncates there itself, so no ``TimeLimit`` wrapper is needed or added)."""
+        spec = self.__dict__.get("_spec")
+        if spec is None:
+            return None
+        limit = self.turn_limit
+        return spec if spec.max_episode_steps == limit else dataclasses.replace(spec, max_episode_steps=limit)
+
+    @spec.setter
+    def spec(self, value: gym.envs.registration.EnvSpec | None) -> None:
+        self.__dict__["_spec"] = value
+
+    @property
+    def turn_limit(self) -> int:
+        """The most steps an episode can take: ``max_turns`` when given, else the default for the current
+        task (before the first reset: the split's first task). Only chess's default depends on the task
+        (``2 * solver moves + 2``); math's and search's are fixed."""
+        if self._max_turns_option:
+            return self._max_turns_option
+        if self.task is not None:
+            return self.max_turns
+        return self._default_max_turns(self.source.get(self.task_ids[0]))
 
     # ----------------------------------------------------------------------------- subclass hooks
 

@@ -18,17 +18,31 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
+    """The ledger's events; a line that is not JSON is a ValueError naming the file and the line."""
     path = Path(run_dir) / "ledger.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no ledger.jsonl)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    events = []
+    for line_no, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{path}:{line_no}: not a JSON line ({exc.msg}); a killed run leaves one: "
+                f"`whale train --out {run_dir} --resume` repairs and continues it"
+            ) from None
+    return events
 
 
 def run_summary(run_dir: Path) -> dict[str, Any]:
     import yaml
 
     events = read_ledger(run_dir)
-    config = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    config = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8")) or {}
+    state_path = Path(run_dir) / "state.json"
+    state = json.loads(state_path.read_text(encoding="utf-8")) if state_path.exists() else {}
     evals = [e for e in events if e["event"] == "eval"]
     units = [e for e in events if e["event"] == "unit"]
     best = max(evals, key=lambda e: e["mean"]) if evals else None
@@ -49,7 +63,11 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         "final_mean": evals[-1]["mean"] if evals else None,
         "finished": stop is not None,
         "stop_reason": stop["reason"] if stop else "",
-        "seconds": round(sum(u.get("seconds", 0) for u in units), 1),
+        # the run's wall time as the console printed it (units, evaluations, start-up of every session);
+        # the sum of the units' own seconds when the state has none
+        "seconds": round(float(state.get("elapsed") or sum(u.get("seconds", 0) for u in units)), 1),
+        "eval_limit": (config.get("eval") or {}).get("limit"),
+        "eval_k": (config.get("eval") or {}).get("k"),
         "switches": [e for e in events if e["event"] == "switch"],
         "evals": evals,
         "units": units,
@@ -72,14 +90,28 @@ def plot_accuracy(summaries: list[dict[str, Any]], path: Path) -> Path:
     ax.set_title("Test accuracy vs rollouts")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    note = eval_note(summaries)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=7, color="#a00")
+        fig.tight_layout(rect=(0, 0.05, 1, 1))
+    else:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
+def eval_note(summaries: list[dict[str, Any]]) -> str:
+    """A warning when the runs' test evaluations differ (tasks or k), so their curves do not compare."""
+    settings = {(s.get("eval_limit"), s.get("eval_k")) for s in summaries}
+    if len(settings) <= 1:
+        return ""
+    each = ", ".join(f"{s['name']}: {s.get('eval_limit')} tasks × k={s.get('eval_k')}" for s in summaries)
+    return f"not comparable: test evaluations differ ({each})"
+
+
 def plot_timeline(summaries: list[dict[str, Any]], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.5 * len(summaries)))
+    fig, ax = plt.subplots(figsize=(7, 1.3 + 0.5 * len(summaries)))
     colors = {"weight": "#4c72b0", "harness": "#dd8452"}
     for row, s in enumerate(summaries):
         start = 0
@@ -90,17 +122,42 @@ def plot_timeline(summaries: list[dict[str, Any]], path: Path) -> Path:
     ax.set_yticks(range(len(summaries)), [s["name"] for s in summaries])
     ax.set_xlabel("rollouts")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
-    ax.legend(handles, ["weight phase (RSFT)", "harness phase (search)"], fontsize=8, loc="lower right")
-    ax.set_title("Phase timeline")
+    # the legend sits above the axes, where it cannot cover a bar
+    ax.legend(
+        handles,
+        ["weight phase (RSFT)", "harness phase (search)"],
+        fontsize=8,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        ncol=2,
+        frameon=False,
+    )
+    ax.set_title("Phase timeline", pad=22)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
+def accepted_ids(archive: Path) -> set[str]:
+    """Candidates the search accepted at some point (an iteration or rescore record names it incumbent
+    with ``accepted``), and the seed, the first incumbent."""
+    ids: set[str] = set()
+    for sub in ("iterations", "rescores"):
+        for path in (archive / "search" / sub).glob("*.json"):
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                continue
+            if record.get("accepted") and record.get("incumbent"):
+                ids.add(record["incumbent"])
+    return ids
+
+
 def lineage(run_dir: Path) -> list[dict[str, Any]]:
-    """The archive's candidates: id, parents, status, best score, accepted (from each meta.json)."""
+    """The archive's candidates: id, parents, status, best score, accepted (meta.json and the search records)."""
     rows = []
+    accepted = accepted_ids(Path(run_dir) / "archive")
     for meta_path in sorted((Path(run_dir) / "archive").glob("*/meta.json")):
         meta = json.loads(meta_path.read_text())
         scores = []
@@ -114,7 +171,8 @@ def lineage(run_dir: Path) -> list[dict[str, Any]]:
                 "id": meta.get("id", meta_path.parent.name),
                 "parents": meta.get("parents") or ([meta["parent"]] if meta.get("parent") else []),
                 "status": meta.get("status", ""),
-                "accepted": bool(meta.get("accepted")),
+                "accepted": bool(meta.get("accepted")) or meta.get("id", meta_path.parent.name) in accepted,
+                "seed": not (meta.get("parents") or meta.get("parent")),
                 "hypothesis": meta.get("hypothesis", ""),
                 "score": max((x for x in scores if x is not None), default=None),
             }
@@ -133,7 +191,7 @@ def plot_lineage(rows: list[dict[str, Any]], path: Path, title: str) -> Path | N
         by_depth.setdefault(depth[r["id"]], []).append(r["id"])
     pos = {cid: (d, i - (len(ids) - 1) / 2) for d, ids in by_depth.items() for i, cid in enumerate(ids)}
     fig, ax = plt.subplots(
-        figsize=(max(5, 1.6 * len(by_depth)), max(3, 0.5 * max(len(v) for v in by_depth.values())))
+        figsize=(max(6.5, 1.8 * len(by_depth)), max(3, 0.6 * max(len(v) for v in by_depth.values())))
     )
     for r in rows:
         for p in r["parents"]:
@@ -141,13 +199,32 @@ def plot_lineage(rows: list[dict[str, Any]], path: Path, title: str) -> Path | N
                 ax.plot(*zip(pos[p], pos[r["id"]], strict=True), color="#999", lw=0.8, zorder=1)
     for r in rows:
         x, y = pos[r["id"]]
-        color = "#2ca02c" if r["accepted"] else ("#d62728" if r["status"] == "failed" else "#1f77b4")
+        if r["accepted"]:
+            color = "#2ca02c"
+        elif r["seed"]:
+            color = "#7f7f7f"
+        elif r["status"] in ("failed", "invalid", "rejected"):
+            color = "#d62728"
+        else:
+            color = "#1f77b4"
         ax.scatter([x], [y], s=80, color=color, zorder=2)
         label = r["id"] if r["score"] is None else f"{r['id']} {100 * r['score']:.0f}%"
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=7)
     ax.set_xlabel("generation")
+    ax.set_xticks(sorted(by_depth))  # generations are whole numbers
+    ax.set_xlim(min(by_depth) - 0.4, max(by_depth) + 0.9)  # room for the labels right of the last nodes
     ax.set_yticks([])
-    ax.set_title(title + " (green: accepted, red: failed validation)")
+    ax.set_title(title, fontsize=10)
+    legend = [("accepted", "#2ca02c"), ("seed", "#7f7f7f"), ("scored", "#1f77b4"), ("rejected", "#d62728")]
+    ax.legend(
+        [plt.Line2D([], [], marker="o", ls="", color=c) for _, c in legend],
+        [name for name, _ in legend],
+        fontsize=7,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.06),
+        ncol=4,
+        frameon=False,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -158,9 +235,9 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
     """Write ``report.md`` and ``plots/`` for the runs (into ``out``, default: the first run's folder)."""
     dirs = [Path(d) for d in run_dirs]
     out = Path(out) if out else dirs[0]
+    summaries = [run_summary(d) for d in dirs]  # before anything is written: a bad folder writes nothing
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
-    summaries = [run_summary(d) for d in dirs]
     lines = [
         "# WHALE report",
         "",
@@ -176,8 +253,11 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
     lines += [
         "",
         "Test accuracy is mean@k in percent on the held-out test split; evaluation is not charged to the ledger.",
+        "Wall time is the run's own (units, evaluations and start-up, over every resumed session).",
         "",
     ]
+    if eval_note(summaries):
+        lines += [f"**Note:** {eval_note(summaries)}.", ""]
     acc = plot_accuracy(summaries, plots / "accuracy_vs_rollouts.png")
     timeline = plot_timeline(summaries, plots / "phase_timeline.png")
     lines += [f"![accuracy]({acc.relative_to(out)})", "", f"![timeline]({timeline.relative_to(out)})", ""]
@@ -226,7 +306,7 @@ def cmd_report(args) -> int:
 
     try:
         path = write_report(args.runs, args.out)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         raise CLIError(str(exc)) from None
     print(f"wrote {path} and {path.parent / 'plots'}")
     return 0

@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -480,6 +481,7 @@ class Run:
                 config=rollout,
                 progress=lambda _t: advance(),
             )
+        stop_if_interrupted()
         summary = summarize(trajs)
         result = {
             k: summary[k]
@@ -551,6 +553,7 @@ class Run:
             else:
                 signals, rollouts = self._harness_unit()
             crash_point("unit_done", self.units)
+            stop_if_interrupted()  # a Ctrl-C that a worker or a __del__ swallowed: this unit is not kept
             self.state.rollouts += rollouts
             self.state.phase_units += 1
             self._ledger(
@@ -639,6 +642,38 @@ class Run:
 
 
 # ------------------------------------------------------------------------------------------ files
+
+
+#: Set by ``whale train``'s SIGINT handler. The handler raises KeyboardInterrupt at once, but a
+#: KeyboardInterrupt can land in a thread pool or a ``__del__`` and be swallowed; the trainer checks this
+#: flag before it keeps a unit or an evaluation, so an interrupted unit is never recorded.
+INTERRUPTED = threading.Event()
+
+
+def stop_if_interrupted() -> None:
+    if INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigint_stops_run():
+    """While a run trains: Ctrl-C sets ``INTERRUPTED`` and raises KeyboardInterrupt."""
+
+    def handler(_sig, _frame):
+        INTERRUPTED.set()
+        raise KeyboardInterrupt
+
+    INTERRUPTED.clear()
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        INTERRUPTED.clear()
 
 
 @contextlib.contextmanager
@@ -747,9 +782,10 @@ def cmd_train(args) -> int:
         raise CLIError(str(exc)) from None
     console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")
     try:
-        summary = run.run()
+        with sigint_stops_run():
+            summary = run.run()
     except KeyboardInterrupt:
-        again = f"whale train {args.config or ''} --out {out} --resume".replace("  ", " ")
+        again = f"whale train --out {out} --resume"  # the run's own config.yaml, overrides included
         raise Interrupted(
             f"stopped in unit {run.units} ({run.state.rollouts} rollouts done); `{again}` continues it"
         ) from None

@@ -34,6 +34,14 @@ class ChessEnv(TextEnv[ChessPuzzle]):
     """
 
     domain = "chess"
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+
+    def render(self) -> Any:
+        if self.render_mode == "rgb_array":
+            from whale_envs.chess.render import board_rgb
+
+            return board_rgb(self.board, getattr(self, "last_opponent", None))
+        return super().render()
 
     def _default_max_turns(self, task: Task[ChessPuzzle]) -> int:
         return 2 * task.payload.solver_moves + 2

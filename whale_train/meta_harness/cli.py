@@ -25,6 +25,8 @@ from whale_train.meta_harness.lineage import lineage_report
 
 def add_parser(subparsers: Any) -> None:
     """Register ``whale search`` and ``whale lineage`` on the ``whale`` command's subparsers."""
+    from whale_train.cli import count
+
     p = subparsers.add_parser(
         "search",
         help="harness-only search (Meta-Harness) on a frozen model",
@@ -33,7 +35,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--env", required=True, help="env id, e.g. whale/Math-v0")
     p.add_argument(
-        "--iterations", type=int, required=True, help="search iterations in total (resumed ones count)"
+        "--iterations", type=count(1), required=True, help="search iterations in total (resumed ones count)"
     )
     p.add_argument("--model", default=None, help="model directory or id (default: the shipped tiny model)")
     p.add_argument("--backend", default="transformers", choices=["transformers", "openai", "vllm"])
@@ -47,13 +49,15 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--config", default=None, help="a YAML file of MetaHarnessConfig fields")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
-    p.add_argument("--harness-tasks", type=int, default=None, help="search tasks per candidate (default 256)")
-    p.add_argument("--candidates", type=int, default=None, help="candidates per iteration (default 3)")
+    p.add_argument(
+        "--harness-tasks", type=count(1), default=None, help="search tasks per candidate (default 256)"
+    )
+    p.add_argument("--candidates", type=count(1), default=None, help="candidates per iteration (default 3)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--llm-base-url", default=None, help="the LLM proposer's OpenAI-compatible endpoint")
     p.add_argument("--llm-model", default=None, help="the LLM proposer's model name")
-    p.add_argument("--test-limit", type=int, default=256, help="test-split tasks to score (0: skip)")
-    p.add_argument("--test-k", type=int, default=1, help="samples per test task")
+    p.add_argument("--test-limit", type=count(0), default=256, help="test-split tasks to score (0: skip)")
+    p.add_argument("--test-k", type=count(1), default=1, help="samples per test task")
     p.set_defaults(func=cmd_search)
 
     p = subparsers.add_parser("lineage", help="the markdown lineage report of a harness archive")
@@ -67,7 +71,11 @@ def add_parser(subparsers: Any) -> None:
 def search_config(args: argparse.Namespace) -> MetaHarnessConfig:
     data: dict[str, Any] = {}
     if args.config:
-        loaded = yaml.safe_load(Path(args.config).read_text()) or {}
+        if not Path(args.config).is_file():
+            raise ValueError(f"no config file {args.config}")
+        loaded = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{args.config}: a config is a mapping of fields")
         data.update(loaded.get("search", loaded) if isinstance(loaded.get("search"), dict) else loaded)
     flags = {
         "harness_tasks": args.harness_tasks,
@@ -91,20 +99,22 @@ def search_config(args: argparse.Namespace) -> MetaHarnessConfig:
 def cmd_search(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from harnesses.loader import load_harness
-    from whale_train.llm import load_llm
+    from whale_train.cli import CLIError, load_harness_for, make_env
+    from whale_train.cli import _load_llm as load_llm
     from whale_train.meta_harness.search import DOMAINS, HarnessSearch
 
     console = Console()
     if args.env not in DOMAINS:
-        console.print(f"[red]error:[/red] unknown env {args.env!r}; known: {', '.join(DOMAINS)}")
-        return 2
-    config = search_config(args)
+        raise CLIError(f"unknown env {args.env!r}; known: {', '.join(DOMAINS)}")
+    try:
+        config = search_config(args)
+    except (ValueError, TypeError, yaml.YAMLError) as exc:
+        raise CLIError(f"bad search config: {exc}") from None
     out = Path(args.out or f"runs/search-{DOMAINS[args.env][0]}")
     env_kwargs = {"tasks": args.tasks} if args.tasks else {}
-    kwargs = {"base_url": args.base_url} if args.backend == "openai" else {}
-    llm = load_llm(args.backend, args.model, **kwargs)
-    seed = load_harness(args.harness) if args.harness else None
+    make_env(args.env, args.tasks, "harness")  # a bad task source is a user error, before any work
+    seed = load_harness_for(args.harness, args.env) if args.harness else None
+    llm = load_llm(args)
     start = time.monotonic()
     search = HarnessSearch(
         config,
@@ -247,7 +257,17 @@ def _print(console: Any, results: dict[str, Any], reports: list[Any]) -> None:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    report = lineage_report(args.archive)
+    from whale_train.cli import CLIError
+
+    archive = Path(args.archive)
+    if (archive / "archive").is_dir():  # a run or search folder: its archive
+        archive = archive / "archive"
+    if not archive.is_dir() or not any(archive.glob("*/meta.json")):
+        raise CLIError(
+            f"{args.archive} is not a harness archive (no candidate folders with meta.json); "
+            "pass OUT/archive of whale search or RUN/archive of whale train"
+        )
+    report = lineage_report(archive)
     if args.out:
         atomic_write_text(args.out, report)
         print(f"wrote {args.out}")
