@@ -214,15 +214,15 @@ def plot_lineage(rows: list[dict[str, Any]], path: Path, title: str) -> Path | N
     ax.set_xticks(sorted(by_depth))  # generations are whole numbers
     ax.set_xlim(min(by_depth) - 0.4, max(by_depth) + 0.9)  # room for the labels right of the last nodes
     ax.set_yticks([])
+    ax.margins(y=0.25)  # the labels above the top and bottom nodes stay inside the frame
     ax.set_title(title, fontsize=10)
     legend = [("accepted", "#2ca02c"), ("seed", "#7f7f7f"), ("scored", "#1f77b4"), ("rejected", "#d62728")]
     ax.legend(
         [plt.Line2D([], [], marker="o", ls="", color=c) for _, c in legend],
         [name for name, _ in legend],
         fontsize=7,
-        loc="lower center",
-        bbox_to_anchor=(0.5, 1.06),
-        ncol=4,
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
         frameon=False,
     )
     fig.tight_layout()
