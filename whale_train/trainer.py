@@ -744,13 +744,17 @@ def add_parser(subparsers) -> None:
 def _train_config(args) -> TrainConfig:
     from whale_train.cli import CLIError
 
+    if args.resume and args.out and not Path(args.out).exists():
+        raise CLIError(
+            f"--resume: {args.out} does not exist, so there is no run to resume; drop --resume to start one"
+        )
     path = args.config
     if path is None:
         saved = Path(args.out) / "config.yaml" if args.out else None
         if not (args.resume and saved and saved.exists()):
             raise CLIError(
-                "whale train needs a config: a YAML file or a shipped name "
-                f"({', '.join(shipped_configs())}), e.g. `whale train demo`"
+                "whale train needs a config: a YAML file or a shipped name, e.g. `whale train demo` or "
+                "`whale train math/whale` (`whale train --help` lists the shipped ones)"
             )
         path = saved
     try:
