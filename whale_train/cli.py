@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -33,8 +34,18 @@ from rich.table import Table
 import whale_envs
 from whale_envs.tasks import SPLIT_NAMES, SPLITS, TaskSourceError, source_kinds, split_ids
 
-console = Console(soft_wrap=not sys.stdout.isatty())  # piped output: long lines stay whole
-errors = Console(stderr=True, soft_wrap=True)  # one line per error, never wrapped
+
+def make_console(stderr: bool = False) -> Console:
+    """A console; piped or redirected output is 200 columns wide (rich's default of 80 wrapped tables and
+    split paths in logs), and soft-wrapped so long lines stay whole. ``COLUMNS`` overrides the width."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty() or os.environ.get("COLUMNS"):
+        return Console(stderr=stderr, soft_wrap=stderr)
+    return Console(stderr=stderr, soft_wrap=True, width=200)
+
+
+console = make_console()
+errors = make_console(stderr=True)  # one line per error, never wrapped
 
 DISTRIBUTION = "whale-harness"  # the name on the package index; the import names are whale_envs, ...
 
@@ -117,7 +128,9 @@ def env_domain(env_id: str) -> str:
 
 def cmd_envs(args: argparse.Namespace) -> int:
     table = Table(title="WHALE environments")
-    for col in ("env id", "task source kind", "what", *SPLITS):
+    table.add_column("env id", no_wrap=True)  # ids are never cut
+    table.add_column("task source kind", no_wrap=True)
+    for col in ("what", *SPLITS):
         table.add_column(col)
     for env_id in sorted(whale_envs.ENVS):
         for kind in source_kinds(_domain_of(env_id)):

@@ -764,12 +764,18 @@ def _train_config(args) -> TrainConfig:
 
 
 def cmd_train(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
-    from whale_train.cli import CLIError, Interrupted, check_model, load_harness_for, make_env, progress_bar
+    from whale_train.cli import (
+        CLIError,
+        Interrupted,
+        check_model,
+        console,
+        load_harness_for,
+        make_env,
+        progress_bar,
+    )
 
-    console = Console(soft_wrap=True)
     config = _train_config(args)
     out = Path(args.out or f"runs/{config.name}")
     if args.resume and not out.exists():

@@ -97,13 +97,10 @@ def search_config(args: argparse.Namespace) -> MetaHarnessConfig:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from whale_train.cli import CLIError, load_harness_for, make_env
+    from whale_train.cli import CLIError, console, load_harness_for, make_env
     from whale_train.cli import _load_llm as load_llm
     from whale_train.meta_harness.search import DOMAINS, HarnessSearch
 
-    console = Console()
     if args.env not in DOMAINS:
         raise CLIError(f"unknown env {args.env!r}; known: {', '.join(DOMAINS)}")
     try:
