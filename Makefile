@@ -21,7 +21,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 demo: install
-	$(BIN)/whale train configs/demo.yaml --out runs/demo --resume
+	$(BIN)/whale train demo --out runs/demo $(if $(wildcard runs/demo/state.json),--resume)
 
 lint: install
 	$(BIN)/ruff check .

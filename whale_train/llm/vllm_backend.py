@@ -1,4 +1,4 @@
-"""vLLM in-process, for GPUs (``pip install whale[gpu]``). Import-guarded: nothing here runs on a CPU.
+"""vLLM in-process, for GPUs (``pip install 'whale-harness[gpu]'``). Import-guarded: nothing here runs on a CPU.
 
 Each request becomes its own ``SamplingParams`` with its seed, so rollouts are reproducible as with the
 transformers backend. ``load_weights`` pushes a trained model's weights into the running engine
@@ -34,7 +34,7 @@ class VLLMLLM:
 
     def __init__(self, model: str, **engine_kwargs: Any):
         if not vllm_available():
-            raise RuntimeError("the vllm backend needs a CUDA GPU and `pip install whale[gpu]` (vllm)")
+            raise RuntimeError("the vllm backend needs a CUDA GPU and `pip install 'whale-harness[gpu]'` (vllm)")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the model in this process
         from vllm import LLM
 
