@@ -34,7 +34,9 @@ class VLLMLLM:
 
     def __init__(self, model: str, **engine_kwargs: Any):
         if not vllm_available():
-            raise RuntimeError("the vllm backend needs a CUDA GPU and `pip install 'whale-harness[gpu]'` (vllm)")
+            raise RuntimeError(
+                "the vllm backend needs a CUDA GPU and `pip install 'whale-harness[gpu]'` (vllm)"
+            )
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the model in this process
         from vllm import LLM
 
