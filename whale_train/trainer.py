@@ -487,7 +487,10 @@ class Run:
             k: summary[k]
             for k in ("mean", "se", "pass_at_k", "tasks", "episodes", "failures", "by_difficulty")
         }
+        from whale_train.cli import first_errors
+
         result.update(model_version=version, harness=self.harness.name, k=e.k, split=e.split)
+        result["errors"] = first_errors(trajs)  # failures in sight: the first message of each kind
         out = self.dir / "eval"
         out.mkdir(exist_ok=True)
         _atomic_write(out / f"{key}.json", json.dumps(result, indent=1, default=str))
@@ -502,6 +505,10 @@ class Run:
         self.log(
             f"  test mean@{e.k} = {100 * result['mean']:.1f}% ± {100 * result['se']:.1f} (model v{version}, {self.harness.name})"
         )
+        for name, err in result["errors"].items():
+            self.log(
+                f"  {name} in {err['episodes']} of {len(trajs)} test episodes; first: {err['first'][:200]}"
+            )
         return result
 
     # -------------------------------------------------------------- the loop
@@ -741,6 +748,11 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=cmd_train)
 
 
+def _plain(console):
+    """Log lines printed as text: a message holding ``[...]`` (an error, a path) is not rich markup."""
+    return lambda line: console.print(line, markup=False, highlight=False)
+
+
 def _train_config(args) -> TrainConfig:
     from whale_train.cli import CLIError
 
@@ -787,7 +799,7 @@ def cmd_train(args) -> int:
     load_harness_for(config.harness_name, config.env)
     check_model(config.model, config.backend)
     try:
-        run = Run(config, out, resume=args.resume, log=console.print, progress=progress_bar)
+        run = Run(config, out, resume=args.resume, log=_plain(console), progress=progress_bar)
     except (FileExistsError, ValueError, ImportError) as exc:
         raise CLIError(str(exc)) from None
     console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")
