@@ -155,3 +155,48 @@ def test_harness_errors_are_in_sight(fresh_model_dir, tmp_path, capsys):
     assert results["errors"]["harness_error"]["episodes"] == 2
     assert "boom" in results["errors"]["harness_error"]["first"]
     assert results["task_source"].startswith("generated") and results["tasks"] == 2
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_train_is_one_line_saying_how_to_resume(tmp_path):
+    """SIGINT to the whole process group (what Ctrl-C in a terminal does), once a unit is done."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "whale_train.cli",
+        "train",
+        "smoke",
+        "--out",
+        str(out),
+        "--set",
+        "budget_rollouts=400",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # not inherited as ignored
+    )
+    deadline = time.monotonic() + 600
+    ledger = out / "ledger.jsonl"
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ledger.exists() and '"event": "unit"' in ledger.read_text():
+            break
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    _out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "--resume" in lines[0] and str(out) in lines[0], err[-2000:]
+    state = json.loads((out / "state.json").read_text())
+    assert state["units"] >= 1  # the finished units are kept; the interrupted one is redone on resume
