@@ -94,5 +94,6 @@ def test_wandb_offline_and_trackio_local(tmp_path):
         with sqlite3.connect(db) as con:
             tables = [r[0] for r in con.execute("select name from sqlite_master where type='table'")]
             if "metrics" in tables:
-                rows += [r[0] for r in con.execute("select metrics from metrics")]
+                for (value,) in con.execute("select metrics from metrics"):
+                    rows.append(value if isinstance(value, str) else bytes(value).decode("utf-8", "replace"))
     assert any("test/mean_at_k" in r for r in rows), rows
