@@ -20,10 +20,13 @@ from typing import Any
 
 
 def trace_files(path: Path) -> list[Path]:
-    """``path`` itself, or every ``traces.jsonl`` / ``*.traces.jsonl`` under a folder (sorted)."""
+    """``path`` itself, or every traces file under a folder (sorted): ``traces.jsonl`` (whale eval),
+    ``*.traces.jsonl`` (a run's eval/), ``traces/*.jsonl`` (a search archive's candidates)."""
     if path.is_file():
         return [path]
-    found = sorted({*path.rglob("traces.jsonl"), *path.rglob("*.traces.jsonl")})
+    found = sorted(
+        {*path.rglob("traces.jsonl"), *path.rglob("*.traces.jsonl"), *path.rglob("traces/*.jsonl")}
+    )
     if not found:
         raise FileNotFoundError(f"{path} holds no traces.jsonl (write one with `whale eval --out DIR`)")
     return found
@@ -141,11 +144,12 @@ def cmd_traces(args) -> int:
             show_episode(console, f, n, e, args.chars)
         return 0
     table = Table(title=f"{len(picked)} episodes in {path}")
-    for col in ("task", "sample", "harness", "reward", "result", "turns", "calls", "first error"):
+    for col in ("file", "task", "sample", "harness", "reward", "result", "turns", "calls", "first error"):
         table.add_column(col, overflow="fold")
-    for _f, _n, e in picked[: args.limit or None]:
+    for f, _n, e in picked[: args.limit or None]:
         first = e.get("error") or next((s["error"] for s in e.get("steps") or [] if s.get("error")), "")
         table.add_row(
+            escape(str(f.relative_to(path)) if f != path else f.name),
             escape(e["task_id"]),
             str(e.get("sample")),
             escape(str(e.get("harness"))),
