@@ -443,4 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m whale_train.cli` runs this file as __main__, a second copy of the module: run the
+    # imported whale_train.cli's main, whose CLIError and Interrupted are the ones the commands raise
+    from whale_train.cli import main as module_main
+
+    sys.exit(module_main())
