@@ -15,7 +15,6 @@ import whale_envs
 ENV_IDS = sorted(whale_envs.ENVS)
 
 
-@pytest.mark.slow
 def test_async_vector_env_returns_the_real_observations():
     """Gymnasium reads a Text space's shared memory once; the envs' space reads it when looked at."""
     envs = gym.make_vec("whale/Math-v0", num_envs=2, vectorization_mode="async")
