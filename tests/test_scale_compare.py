@@ -136,7 +136,9 @@ def test_ray_grid_matches_the_local_grid_after_a_killed_worker(tmp_path):
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not killed:
             try:
-                units = sum('"event": "unit"' in ln for ln in (victim / "ledger.jsonl").read_text().splitlines())
+                units = sum(
+                    '"event": "unit"' in ln for ln in (victim / "ledger.jsonl").read_text().splitlines()
+                )
                 pid = json.loads((victim / "placement.jsonl").read_text().splitlines()[0])["pid"]
             except (FileNotFoundError, IndexError, json.JSONDecodeError):
                 units = 0

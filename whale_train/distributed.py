@@ -1,0 +1,97 @@
+"""The weight phase on several processes under ``accelerate launch`` (DDP, FSDP2 or ZeRO-3 through TRL's
+``SFTTrainer``): one rank drives, all ranks train.
+
+    accelerate launch --num_processes 8 --config_file configs/accelerate/fsdp2.yaml \\
+        -m whale_train.cli train configs/math/whale.yaml --out runs/math8
+
+Rank 0 runs the whole trainer as in one process: rollouts, the harness phase, the ledger, checkpoints.
+Each RSFT step it hands its examples to every rank (``train_all``) and all ranks call the same
+``SFTTrainer.train`` on them, each on its share of the global batch (``per_device_train_batch_size`` is
+``rsft.train_batch_size / world_size``), so the update is that of one process on the whole batch. The
+other ranks run ``follow``: wait for a command from rank 0, do it, wait again, until ``stop``. Their
+model starts as rank 0's: the Trainer's DDP wrapper broadcasts rank 0's parameters when it wraps
+the model (every step), and a resumed run sends its checkpoint path to every rank (``load``).
+
+Commands travel with ``torch.distributed.broadcast_object_list`` on the process group accelerate set up
+(gloo on CPU, NCCL on GPUs); they are pickled Python objects between processes of the same trusted run.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of this process: from ``accelerate launch`` / torchrun's environment, else (0, 1)."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main() -> bool:
+    return world()[0] == 0
+
+
+def _group() -> None:
+    """Make sure the default process group exists (accelerate's ``PartialState`` creates it)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        from accelerate import PartialState
+
+        PartialState()
+
+
+def _broadcast(obj: Any = None) -> Any:
+    import torch.distributed as dist
+
+    _group()
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def per_device_batch(global_batch: int, world_size: int) -> int:
+    """Examples per rank and optimizer step, so that the global batch stays ``global_batch``."""
+    if global_batch % world_size:
+        raise ValueError(
+            f"rsft.train_batch_size {global_batch} is not a multiple of the {world_size} training processes"
+        )
+    return global_batch // world_size
+
+
+class DistributedTrainer:
+    """Rank 0's side: the ``rsft.Trainer`` interface, each call done by every rank."""
+
+    def __init__(self, trainer: Any):
+        self.inner = trainer
+
+    def __getattr__(self, name: str) -> Any:  # model, tokenizer, optimizer_state, ...
+        return getattr(self.inner, name)
+
+    def train(self, examples: list[Any]) -> tuple[float, int]:
+        _broadcast(("train", examples))
+        return self.inner.train(examples)
+
+    def load(self, path: str) -> None:
+        """Every other rank loads the weights and optimizer state of a checkpoint (a resumed run)."""
+        _broadcast(("load", str(path)))
+
+    def stop(self) -> None:
+        _broadcast(("stop", None))
+
+
+def follow(trainer: Any, load: Any = None) -> int:
+    """A non-zero rank's loop: do what rank 0 broadcasts until ``stop``. ``load(path)`` restores a
+    checkpoint into ``trainer`` (for ``load``). Returns the number of training calls done."""
+    calls = 0
+    while True:
+        command, arg = _broadcast()
+        if command == "stop":
+            return calls
+        if command == "train":
+            trainer.train(arg)
+            calls += 1
+        elif command == "load" and load is not None:
+            load(arg)
+        elif command != "load":
+            raise RuntimeError(f"unknown command from rank 0: {command!r}")
