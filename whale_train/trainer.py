@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import yaml
 
 from harnesses.loader import HarnessRef, load_harness
+from whale_train import distributed
 from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
 from whale_train.rsft import RSFT, RSFTConfig
 from whale_train.schedule import METHODS, Decision, RunState, ScheduleConfig, make_schedule
@@ -314,6 +315,8 @@ class Run:
                 checkpoint_dir=self.dir / "checkpoints",
                 train_model=self._train_model(),
             )
+            if distributed.world()[1] > 1:  # under accelerate launch: every rank trains (distributed.py)
+                self.rsft.trainer = distributed.DistributedTrainer(self.rsft.trainer)
         return self.rsft
 
     def _search(self) -> HarnessPhase:
@@ -399,6 +402,8 @@ class Run:
         _truncate_lines(self.dir / "ledger.jsonl", self.ledger_lines)  # drop events of an unfinished unit
         if state.get("resume_from"):
             self._rsft().restore(self.dir / "checkpoints" / state["resume_from"])
+            if isinstance(self.rsft.trainer, distributed.DistributedTrainer):
+                self.rsft.trainer.load(self.dir / "checkpoints" / state["resume_from"])
             if hasattr(self.llm, "load_weights"):  # vLLM: the engine gets the restored weights
                 self.llm.load_weights(self.rsft.trainer.model.named_parameters())
         self.llm.version = state["model_version"]
@@ -656,12 +661,18 @@ def cmd_train(args) -> int:
     except (ValueError, FileNotFoundError, yaml.YAMLError) as exc:
         raise CLIError(f"bad config: {exc}") from None
     out = Path(args.out or f"runs/{config.name}")
+    if not distributed.is_main():  # accelerate launch: this rank only trains, on rank 0's examples
+        return distributed.follow_run(config)
     try:
-        run = Run(config, out, resume=args.resume, log=console.print)
-    except (FileExistsError, ValueError) as exc:
-        raise CLIError(str(exc)) from None
-    console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")
-    summary = run.run()
+        try:
+            run = Run(config, out, resume=args.resume, log=console.print)
+        except (FileExistsError, ValueError) as exc:
+            raise CLIError(str(exc)) from None
+        console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")
+        summary = run.run()
+    finally:
+        if distributed.world()[1] > 1:
+            distributed.stop_followers()
     table = Table(title=f"{config.name}: {config.method} on {config.env}")
     table.add_column("metric")
     table.add_column("value", justify="right")
