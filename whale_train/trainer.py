@@ -77,6 +77,10 @@ class TrainConfig:
     base_url: str | None = None
     # keyword arguments of the backend (vllm: engine arguments such as gpu_memory_utilization)
     backend_options: dict[str, Any] = field(default_factory=dict)
+    # vllm in-process engine: GPUs per copy of the model, copies (docs/SCALING.md); openai: base_url may list
+    # several replicas ("http://a:8000/v1,http://b:8000/v1"), weights pushed with backend_options.weight_sync
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
     seed: int = 0
     budget_rollouts: int = 20_000
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
@@ -94,6 +98,8 @@ class TrainConfig:
             raise ValueError("budget_rollouts must be positive")
         if self.eval.every not in ("phase", "unit"):
             raise ValueError("eval.every must be 'phase' or 'unit'")
+        if self.tensor_parallel_size < 1 or self.data_parallel_size < 1:
+            raise ValueError("tensor_parallel_size and data_parallel_size must be >= 1")
         self.schedule.validate()
         self.rsft.validate()
 
@@ -282,7 +288,15 @@ class Run:
 
         kwargs = dict(self.config.backend_options)
         if self.config.backend == "openai":
+            urls = [u.strip() for u in (self.config.base_url or "").split(",") if u.strip()]
+            if len(urls) > 1 or "weight_sync" in kwargs:  # several vllm serve replicas
+                from whale_train.llm.replicas import make_replicas
+
+                return make_replicas(urls, self.config.model or "default", **kwargs)
             kwargs["base_url"] = self.config.base_url
+        if self.config.backend == "vllm":
+            kwargs.setdefault("tensor_parallel_size", self.config.tensor_parallel_size)
+            kwargs.setdefault("data_parallel_size", self.config.data_parallel_size)
         return load_llm(self.config.backend, self.config.model, **kwargs)
 
     def _train_model(self) -> Any:
@@ -541,6 +555,9 @@ class Run:
         )
         signals = report.to_dict()
         signals.pop("failures", None)
+        push = getattr(self.llm, "last_push_seconds", None)
+        if report.updated and push is not None:  # weights pushed to the rollout engine(s) this step
+            signals["push_seconds"] = push
         return signals, report.rollouts
 
     def _harness_unit(self) -> tuple[dict[str, Any], int]:

@@ -234,3 +234,27 @@ class SyncedReplicas(ReplicatedLLM):
         """Push the trained weights to every replica (one NCCL broadcast) as the next version."""
         self.last_push_seconds = round(self.sync.push(named_tensors, self.version + 1), 3)
         self.version += 1
+
+
+def make_replicas(
+    base_urls: list[str], model: str, *, weight_sync: dict[str, Any] | None = None, **options: Any
+):
+    """The backend of ``base_url: "http://a:8000/v1,http://b:8000/v1"``: :class:`SyncedReplicas` when
+    ``backend_options.weight_sync`` names the trainer's NCCL endpoint (``{master_address, master_port}``:
+    an address of this machine the replicas' GPUs reach, a free port), else :class:`ReplicatedLLM`."""
+    if not base_urls:
+        raise ValueError("the openai backend needs base_url (one or several, comma-separated)")
+    if weight_sync is None:
+        return ReplicatedLLM(base_urls, model, **options)
+    unknown = sorted(set(weight_sync) - {"master_address", "master_port", "timeout"})
+    if unknown or "master_address" not in weight_sync or "master_port" not in weight_sync:
+        raise ValueError(
+            f"backend_options.weight_sync needs master_address and master_port (got {sorted(weight_sync)})"
+        )
+    sync = WeightSync(
+        [server_root(u) for u in base_urls],
+        master_address=str(weight_sync["master_address"]),
+        master_port=int(weight_sync["master_port"]),
+        timeout=float(weight_sync.get("timeout", 600.0)),
+    )
+    return SyncedReplicas(base_urls, model, sync=sync, **options)
