@@ -5,9 +5,11 @@
         -m whale_train.cli train configs/math/whale.yaml --out runs/math8
 
 Rank 0 runs the whole trainer as in one process: rollouts, the harness phase, the ledger, checkpoints.
-Each RSFT step it hands its examples to every rank (``train_all``) and all ranks call the same
-``SFTTrainer.train`` on them, each on its share of the global batch (``per_device_train_batch_size`` is
-``rsft.train_batch_size / world_size``), so the update is that of one process on the whole batch. The
+Each RSFT step it hands its examples to every rank (``DistributedTrainer.train``) and all ranks call
+the same ``SFTTrainer.train`` on them, each on its share of the global batch
+(``per_device_train_batch_size`` is ``rsft.train_batch_size / world_size``; the rows are filled up to
+whole global batches with rows that train on nothing, ``training_rows``), so each update is that of one
+process on the whole batch (the loss is normalized by the tokens of all ranks). The
 other ranks run ``follow``: wait for a command from rank 0, do it, wait again, until ``stop``. Their
 model starts as rank 0's: the Trainer's DDP wrapper broadcasts rank 0's parameters when it wraps
 the model (every step), and a resumed run sends its checkpoint path to every rank (``load``).
@@ -63,6 +65,40 @@ def per_device_batch(global_batch: int, world_size: int) -> int:
             f"rsft.train_batch_size {global_batch} is not a multiple of the {world_size} training processes"
         )
     return global_batch // world_size
+
+
+def training_rows(examples: list[Any], config: Any, tokenizer: Any) -> tuple[list[dict], dict[str, Any]]:
+    """The ``SFTTrainer`` rows of one RSFT step's ``examples``, and the ``SFTConfig`` fields to change.
+
+    One process: ``Example.row()`` (input ids and completion mask; TRL builds the labels), nothing changed.
+
+    Several ranks: every optimizer step must be the one process's step on the same global batch. So the
+    rows come in the order the one-process Trainer draws them (accelerate's seeded sampler: a
+    ``torch.randperm`` seeded with ``seed + epoch`` per epoch), each epoch filled up to whole global
+    batches with rows that train on nothing (every label -100: no loss, no gradient, no token counted),
+    and the Trainer reads them in that order (``train_sampling_strategy="sequential"``, one pass), each
+    rank taking its share of each global batch. Without the filling, accelerate evens the ranks out by
+    repeating examples, which would weigh those twice; since TRL drops fully masked rows when it
+    prepares a dataset, the rows carry their labels and skip that preparation."""
+    if world()[1] == 1 or not examples:
+        return [ex.row() for ex in examples], {}
+    import torch
+
+    pad_id = getattr(tokenizer, "eos_token_id", None) or 0
+    n, rows = len(examples), []
+    for epoch in range(config.epochs):
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(config.seed + epoch)).tolist()
+        for i in order:
+            ex = examples[i]
+            ids = list(ex.prompt_ids) + list(ex.completion_ids)
+            rows.append({"input_ids": ids, "labels": [-100] * len(ex.prompt_ids) + list(ex.completion_ids)})
+        rows += [{"input_ids": [pad_id, pad_id], "labels": [-100, -100]}] * (-n % config.train_batch_size)
+    overrides = {
+        "dataset_kwargs": {"skip_prepare_dataset": True},
+        "train_sampling_strategy": "sequential",
+        "num_train_epochs": 1,
+    }
+    return rows, overrides
 
 
 class DistributedTrainer:

@@ -27,7 +27,7 @@ import gymnasium as gym
 import yaml
 
 from harnesses.loader import HarnessRef
-from whale_train.distributed import per_device_batch, world
+from whale_train.distributed import per_device_batch, training_rows, world
 from whale_train.rollout import LLMCall, RolloutConfig, Trajectory, run_rollouts, summarize
 
 log = logging.getLogger(__name__)
@@ -311,7 +311,7 @@ class Trainer:
 
         datasets.disable_progress_bars()
         cfg = self.config
-        rows = [ex.row() for ex in examples]
+        rows, distributed_args = training_rows(examples, cfg, self.tokenizer)  # (under accelerate: see there)
         args = SFTConfig(
             output_dir=self._scratch.name,
             learning_rate=cfg.learning_rate,
@@ -341,6 +341,8 @@ class Trainer:
             dataloader_num_workers=0,
             dataset_num_proc=None,
         )
+        for key, value in distributed_args.items():
+            setattr(args, key, value)
         trainer = SFTTrainer(
             model=self.model,
             args=args,
