@@ -168,3 +168,15 @@ def test_ray_grid_matches_the_local_grid_after_a_killed_worker(tmp_path):
     assert _results(out) == _results(tmp_path / "local") and len(_results(out)) == 2
     same = {m: c["best"] for m, c in table["domains"]["math"]["methods"].items()}
     assert same == {m: c["best"] for m, c in local["domains"]["math"]["methods"].items()}
+
+
+def test_the_gpu_grid_resolves_to_one_gpu_runs():
+    old = Path.cwd()
+    os.chdir(ROOT)  # its domain configs are named relative to the project
+    try:
+        runs = plan(CompareConfig.load(ROOT / "configs" / "compare" / "gpu.yaml"))
+    finally:
+        os.chdir(old)
+    assert len({r.config.name for r in runs}) == 3 * 5 * 3 + 3 * 3
+    assert all(r.config.backend == "vllm" and r.config.tensor_parallel_size == 1 for r in runs)
+    assert {r.config.model for r in runs} == {"Qwen/Qwen3.5-2B", "Qwen/Qwen3.5-4B"}
