@@ -55,7 +55,10 @@ def main(out: Path, keep_optimizer: bool, n: int, batch: int) -> None:
 
 
 if __name__ == "__main__":
+
     def option(name: str, default: int) -> int:
         return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
 
-    main(Path(sys.argv[1]), bool(option("--keep-optimizer", 1)), option("--examples", 8), option("--batch", 8))
+    main(
+        Path(sys.argv[1]), bool(option("--keep-optimizer", 1)), option("--examples", 8), option("--batch", 8)
+    )
