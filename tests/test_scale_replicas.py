@@ -190,3 +190,37 @@ def test_weight_push_reaches_every_replica_in_one_group(servers):
     assert sync.engine.rounds == 2
     # the next samples come from the new weights on every replica
     assert {c.text.split()[0] for c in llm.complete(_requests(9))} == {"v2"}
+
+
+def test_the_train_config_picks_replicas_and_the_ledger_gets_the_push_time(servers, tmp_path):
+    from types import SimpleNamespace
+
+    from whale_train.llm.replicas import make_replicas
+    from whale_train.rsft import StepReport
+    from whale_train.trainer import Run, TrainConfig
+
+    urls = ",".join(s.url for s in servers[:2])
+    config = TrainConfig.from_dict({"backend": "openai", "base_url": urls, "model": "m"})
+    llm = Run._load_llm(SimpleNamespace(config=config))
+    assert isinstance(llm, ReplicatedLLM) and [r.base_url for r in llm.replicas] == [
+        s.url for s in servers[:2]
+    ]
+    with pytest.raises(ValueError, match="weight_sync needs master_address and master_port"):
+        make_replicas([servers[0].url], "m", weight_sync={"master_address": "127.0.0.1"})
+    with pytest.raises(ValueError, match="data-parallel-size"):
+        TrainConfig.from_dict({"backend": "vllm", "data_parallel_size": 2})
+
+    class Pushed:  # a backend that took this step's weights (SyncedReplicas, vLLM) and timed it
+        version, last_push_seconds = 1, 0.25
+
+    run = Run(
+        TrainConfig.from_dict({"env": "whale/Math-v0", "method": "weight-only"}),
+        tmp_path / "run",
+        llm=Pushed(),
+    )
+    report = StepReport(0, 1, 4, 8, 0.5, 1.0, 3, 3, 30, 0.7, 1.0, 2.0, 0.1, True)
+    run.rsft = SimpleNamespace(step=lambda: report, harness=None)
+    signals, rollouts = run._weight_unit()
+    assert rollouts == 8 and signals["push_seconds"] == 0.25
+    report.updated = False  # a step without an update pushed nothing
+    assert "push_seconds" not in run._weight_unit()[0]

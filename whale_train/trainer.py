@@ -77,8 +77,9 @@ class TrainConfig:
     base_url: str | None = None
     # keyword arguments of the backend (vllm: engine arguments such as gpu_memory_utilization)
     backend_options: dict[str, Any] = field(default_factory=dict)
-    # vllm in-process engine: GPUs per copy of the model, copies (docs/SCALING.md); openai: base_url may list
-    # several replicas ("http://a:8000/v1,http://b:8000/v1"), weights pushed with backend_options.weight_sync
+    # vllm in-process engine: GPUs per copy of the model; copies of it (data parallel) are vllm serve replicas:
+    # backend openai with several base_url ("http://a:8000/v1,http://b:8000/v1") and backend_options.weight_sync
+    # (docs/SCALING.md)
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
     seed: int = 0
@@ -100,6 +101,11 @@ class TrainConfig:
             raise ValueError("eval.every must be 'phase' or 'unit'")
         if self.tensor_parallel_size < 1 or self.data_parallel_size < 1:
             raise ValueError("tensor_parallel_size and data_parallel_size must be >= 1")
+        if self.data_parallel_size > 1:  # vLLM 0.33 refuses LLM(data_parallel_size > 1) in one process
+            raise ValueError(
+                "data_parallel_size > 1: run `vllm serve --data-parallel-size N` (or N servers) and the openai "
+                "backend with their base_url(s), comma-separated; see docs/SCALING.md"
+            )
         self.schedule.validate()
         self.rsft.validate()
 
@@ -296,7 +302,6 @@ class Run:
             kwargs["base_url"] = self.config.base_url
         if self.config.backend == "vllm":
             kwargs.setdefault("tensor_parallel_size", self.config.tensor_parallel_size)
-            kwargs.setdefault("data_parallel_size", self.config.data_parallel_size)
         return load_llm(self.config.backend, self.config.model, **kwargs)
 
     def _train_model(self) -> Any:

@@ -9,7 +9,6 @@ transformers backend. ``load_weights`` pushes a trained model's weights into the
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,13 +38,6 @@ class VLLMLLM:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the model in this process
         from vllm import LLM
 
-        if int(engine_kwargs.get("data_parallel_size", 1)) > 1:  # vLLM 0.33 refuses it in one process
-            raise ValueError(
-                "data_parallel_size > 1 needs several engines: run `vllm serve --data-parallel-size N` (or N "
-                "servers) and the openai backend with their base_url(s); see docs/SCALING.md"
-            )
-        engine_kwargs.pop("data_parallel_size", None)
-        engine_kwargs.setdefault("tensor_parallel_size", 1)  # GPUs per model copy (TP workers)
         engine_kwargs.setdefault("gpu_memory_utilization", 0.4)
         engine_kwargs.setdefault("enable_prefix_caching", True)
         self.engine = LLM(model=model, **engine_kwargs)
@@ -118,7 +110,6 @@ class VLLMLLM:
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Copy trained weights into the engine in place (no disk), then drop cached prefixes."""
-        start = time.monotonic()
         weights = list(named_tensors)
         engine = self.engine.llm_engine
         try:  # single-process engine: reach the model directly (as TRL's colocate mode does)
@@ -130,4 +121,3 @@ class VLLMLLM:
         if reset is not None:
             reset()
         self.version += 1
-        self.last_push_seconds = round(time.monotonic() - start, 3)  # into the ledger (push_seconds)
