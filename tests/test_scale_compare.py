@@ -85,6 +85,7 @@ def test_local_jobs_get_disjoint_gpus(tmp_path):
         DevicePool(["0"], 2)
 
 
+@pytest.mark.slow  # starts a local Ray instance for the last case
 def test_placement_options_are_user_errors(tmp_path):
     def compare(*extra: str) -> subprocess.CompletedProcess:
         whale = Path(sys.executable).parent / "whale"  # the entry point (``-m whale_train.cli`` runs the
@@ -96,6 +97,8 @@ def test_placement_options_are_user_errors(tmp_path):
     assert "Traceback" not in few.stderr and len(few.stderr.strip().splitlines()) == 1
     half = compare("--gpus-per-run", "0.5", "--devices", "0,1")
     assert half.returncode == 2 and "whole number" in half.stderr
+    ray = compare("--ray", "local", "--gpus-per-run", "1", "--devices", "")  # a task no node could take
+    assert ray.returncode == 2 and "has 0 GPU(s) in all" in ray.stderr and "Traceback" not in ray.stderr
 
 
 # ------------------------------------------------------------------------------------------ Ray

@@ -143,6 +143,12 @@ class RayPlacement:
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise RuntimeError(f"--ray {address}: cannot connect: {exc}") from None
             self._started = True
+        gpus = ray.cluster_resources().get("GPU", 0)
+        if gpus_per_run > gpus:  # the tasks would wait for ever
+            self.close()
+            raise RuntimeError(
+                f"--gpus-per-run {gpus_per_run:g}: the Ray cluster at {address} has {gpus:g} GPU(s) in all"
+            )
         self._task = ray.remote(_ray_task)
 
     def run(self, config_path: Path, run_dir: Path) -> int:
