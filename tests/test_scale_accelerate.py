@@ -135,3 +135,30 @@ def test_whale_train_on_two_ranks_is_the_run_of_one(tmp_path):
     a = load_file(str(tmp_path / "one" / "checkpoints" / str(versions[-1]) / "model.safetensors"))
     b = load_file(str(tmp_path / "two" / "checkpoints" / str(versions[-1]) / "model.safetensors"))
     assert _relative(a, b, base) < 1e-3
+
+
+@pytest.mark.slow
+def test_a_one_group_adamw_state_of_an_older_checkpoint_carries_on():
+    """Resume checkpoints written before RSFT let the Trainer build its optimizer hold the state of one
+    AdamW over all parameters; the Trainer's optimizer (decay / no-decay groups) takes it over."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    from accelerate_equivalence import examples
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from whale_train.llm import default_model
+    from whale_train.rsft import RSFTConfig, Trainer
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model())
+    model = AutoModelForCausalLM.from_pretrained(default_model(), dtype=torch.float32)
+    params = [p for p in model.parameters() if p.requires_grad]
+    old = torch.optim.AdamW(params, lr=1e-4)
+    for p in params:
+        p.grad = torch.full_like(p, 1e-3)
+    old.step()
+    old.step()  # two steps of the old optimizer
+    model.zero_grad(set_to_none=True)
+    trainer = Trainer(model, tokenizer, RSFTConfig(learning_rate=1e-4, train_batch_size=8, bf16=False))
+    trainer.optimizer_state = old.state_dict()
+    trainer.train(examples(tokenizer, 0, 8))  # one optimizer step
+    steps = {int(s["step"]) for s in trainer.optimizer_state["state"].values()}
+    assert steps == {3} and len(trainer.optimizer_state["param_groups"]) == 2

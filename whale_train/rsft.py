@@ -364,19 +364,42 @@ def carry_optimizer_state(holder: Any) -> Any:
     """A ``TrainerCallback`` that keeps one optimizer state across ``train()`` calls without handing the
     HF Trainer a pre-built optimizer (which it refuses under FSDP): when training begins, the optimizer
     the Trainer just built (after ``accelerator.prepare``: under FSDP2 its state is sharded like the
-    parameters) loads ``holder.optimizer_state``; when it ends, its ``state_dict()`` goes back there. Every step
-    builds its optimizer over the same parameters in the same groups, so the state fits."""
+    parameters) loads ``holder.optimizer_state``; when it ends, its ``state_dict()`` goes back there.
+    Every step builds its optimizer over the same parameters in the same groups, so the state fits; a
+    state saved by the earlier one-group AdamW (a resume checkpoint of an older run) is regrouped."""
     from transformers import TrainerCallback
 
     class CarryOptimizerState(TrainerCallback):
         def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
-            if holder.optimizer_state is not None:
-                optimizer.load_state_dict(holder.optimizer_state)
+            saved = holder.optimizer_state
+            if saved is None:
+                return
+            if len(saved["param_groups"]) != len(optimizer.param_groups):
+                saved = _regroup(saved, optimizer, [p for p in holder.model.parameters() if p.requires_grad])
+            optimizer.load_state_dict(saved)
 
         def on_train_end(self, args, state, control, optimizer=None, **kwargs):
             holder.optimizer_state = optimizer.state_dict()
 
     return CarryOptimizerState()
+
+
+def _regroup(saved: dict[str, Any], optimizer: Any, old_order: list[Any]) -> dict[str, Any]:
+    """A one-group optimizer state (parameters numbered in ``old_order``) in the groups of ``optimizer``."""
+    if len(saved["param_groups"]) != 1 or len(saved["param_groups"][0]["params"]) != len(old_order):
+        raise ValueError("the saved optimizer state does not match the model's parameters")
+    index = {id(p): i for i, p in enumerate(old_order)}
+    groups, states, at = [], {}, 0
+    for group in optimizer.param_groups:
+        ids = []
+        for p in group["params"]:
+            entry = saved["state"].get(index[id(p)])
+            if entry is not None:
+                states[at] = entry
+            ids.append(at)
+            at += 1
+        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
+    return {"state": states, "param_groups": groups}
 
 
 class RSFT:
