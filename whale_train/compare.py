@@ -28,6 +28,11 @@ budget. Runs with identical configs are run once. Each run is a ``whale train`` 
 
 Resume: a second ``whale compare`` on the same folder skips finished runs (their ledger ends with a
 ``stop`` event) and continues unfinished ones with ``whale train --resume``.
+
+Placement (docs/SCALING.md): ``--gpus-per-run N`` gives every concurrent local job N GPUs of its own
+(disjoint ``CUDA_VISIBLE_DEVICES``); ``--ray ADDRESS`` (or ``local``) submits each run as a Ray task
+with those resources, on run directories of a shared file system; a run whose node is lost is retried
+by Ray and resumes. See :mod:`whale_train.placement`.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import matplotlib
 import numpy as np
 import yaml
 
+from whale_train import placement
 from whale_train.report import read_ledger, run_summary
 from whale_train.schedule import METHODS
 from whale_train.trainer import TrainConfig
@@ -382,9 +388,16 @@ def _train_env() -> dict[str, str]:
     return env
 
 
-def train_one(config_path: Path, run_dir: Path, extra_env: dict[str, str] | None = None) -> int:
+def train_one(
+    config_path: Path,
+    run_dir: Path,
+    extra_env: dict[str, str] | None = None,
+    *,
+    die_with_parent: bool = False,
+) -> int:
     """``whale train CONFIG --out RUN --resume --no-report`` in a subprocess; its output goes to
-    ``RUN/train.log``. ``--resume`` starts a new run as well and continues an unfinished one."""
+    ``RUN/train.log``. ``--resume`` starts a new run as well and continues an unfinished one.
+    ``die_with_parent``: the subprocess is killed when this process dies (a Ray worker that is lost)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "whale_train.cli", "train", str(config_path), "--out", str(run_dir)]
     with open(run_dir / "train.log", "a", encoding="utf-8") as log:
@@ -396,6 +409,7 @@ def train_one(config_path: Path, run_dir: Path, extra_env: dict[str, str] | None
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            preexec_fn=placement.die_with_parent if die_with_parent else None,
         )
     return proc.returncode
 
@@ -443,12 +457,18 @@ def run_grid(
     *,
     jobs: int = 1,
     log: Callable[[str], None] = print,
-    train: Callable[[Path, Path], int] = train_one,
+    train: Callable[..., int] = train_one,
     reference: dict[str, Any] | None = None,
+    devices: placement.DevicePool | None = None,
+    ray: placement.RayPlacement | None = None,
 ) -> dict[str, Any]:
     """Run (or continue) every unfinished run of the grid, then write the table and plots. Returns the
     table (``compare.json``) with ``invocation``: what this call ran, skipped and failed, and, given a
-    ``reference`` table (an earlier ``compare.json``), ``reproduction``: see :func:`reproduction`."""
+    ``reference`` table (an earlier ``compare.json``), ``reproduction``: see :func:`reproduction`.
+
+    Placement (see :mod:`whale_train.placement`): with ``devices``, each job leases its own GPUs and
+    ``train`` is called with a third argument, ``{"CUDA_VISIBLE_DEVICES": ...}``; with ``ray``, every
+    run is submitted at once as a Ray task (``train`` is not used) and Ray places them."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = plan(cfg)
@@ -488,7 +508,16 @@ def run_grid(
         def work(name: str) -> None:
             t0 = time.monotonic()
             log(f"  start {name} ({states[name]})")
-            rc = train(out / "configs" / f"{name}.yaml", out / "runs" / name)
+            config_path, run_dir = out / "configs" / f"{name}.yaml", out / "runs" / name
+            if ray is not None:
+                rc = ray.run(config_path, run_dir)
+            elif devices is not None:
+                with devices.lease() as leased:
+                    visible = ",".join(leased)
+                    placement.record_placement(run_dir, via="local", devices=visible)
+                    rc = train(config_path, run_dir, {"CUDA_VISIBLE_DEVICES": visible})
+            else:
+                rc = train(config_path, run_dir)
             with lock:
                 done[0] += 1
                 if rc != 0:
@@ -497,6 +526,10 @@ def run_grid(
                 log(f"  [{done[0]}/{len(todo)}] {name}: {status} in {time.monotonic() - t0:.0f} s")
 
         if todo:
+            if ray is not None:  # Ray queues the tasks its cluster cannot place yet
+                jobs = len(todo)
+            elif devices is not None:
+                jobs = min(jobs, devices.slots)
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
                 list(pool.map(work, todo))
         wall = time.monotonic() - started
@@ -1010,6 +1043,34 @@ def add_parser(subparsers) -> None:
         "reproduction section (each cell against the reference's mean ± SD) and exit 2 if any cell lies "
         "outside it",
     )
+    p.add_argument(
+        "--gpus-per-run",
+        type=float,
+        default=0,
+        metavar="N",
+        help="GPUs of each run: locally, every concurrent job gets N of its own (disjoint "
+        "CUDA_VISIBLE_DEVICES; --jobs is capped by the GPUs); under --ray, the num_gpus of each task",
+    )
+    p.add_argument(
+        "--devices",
+        default=None,
+        metavar="0,1,...",
+        help="the local GPUs to split between jobs (default: CUDA_VISIBLE_DEVICES, else every GPU)",
+    )
+    p.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS|local",
+        help="submit each run as a Ray task to the cluster at ADDRESS (e.g. auto, ray://head:10001), or to a "
+        "Ray instance started here (local, with --jobs CPUs); --out must be on a file system every node sees",
+    )
+    p.add_argument("--cpus-per-run", type=float, default=1.0, help="num_cpus of each Ray task (default 1)")
+    p.add_argument(
+        "--ray-retries",
+        type=int,
+        default=3,
+        help="times Ray reruns a task whose worker or node died (the run resumes; default 3)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
     p.set_defaults(func=cmd_compare)
 
@@ -1039,10 +1100,27 @@ def cmd_compare(args) -> int:
             same = "" if r.config.name == r.id else f" = {r.config.name}"
             print(f"{r.id}{same}: {state} (budget {r.budget}, unit <= {r.max_unit})")
         return 0
+    devices = ray = None
     try:
-        table = run_grid(cfg, out, jobs=args.jobs, reference=reference)
+        if args.ray:
+            ray = placement.RayPlacement(
+                args.ray,
+                cpus_per_run=args.cpus_per_run,
+                gpus_per_run=args.gpus_per_run,
+                max_retries=args.ray_retries,
+                local_cpus=max(1, math.ceil(args.jobs * args.cpus_per_run)),
+                local_gpus=len(placement.visible_devices(args.devices)) if args.gpus_per_run else 0,
+            )
+        elif args.gpus_per_run:
+            if args.gpus_per_run != int(args.gpus_per_run):
+                raise ValueError("--gpus-per-run must be a whole number without --ray")
+            devices = placement.DevicePool(placement.visible_devices(args.devices), int(args.gpus_per_run))
+        table = run_grid(cfg, out, jobs=args.jobs, reference=reference, devices=devices, ray=ray)
     except (ValueError, RuntimeError) as exc:
         raise CLIError(str(exc)) from None
+    finally:
+        if ray is not None:
+            ray.close()
     inv = table["invocation"]
     print(f"wrote {out / 'compare.md'}, {out / 'compare.json'} and {out / 'plots'}")
     if inv["failed"]:

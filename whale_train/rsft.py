@@ -27,6 +27,7 @@ import gymnasium as gym
 import yaml
 
 from harnesses.loader import HarnessRef
+from whale_train.distributed import per_device_batch, training_rows, world
 from whale_train.rollout import LLMCall, RolloutConfig, Trajectory, run_rollouts, summarize
 
 log = logging.getLogger(__name__)
@@ -296,11 +297,9 @@ class Trainer:
             )
             self.model = get_peft_model(model, lora)
         self.bf16 = config.bf16 if config.bf16 is not None else torch.cuda.is_available()
-        # One AdamW for the whole run (``keep_optimizer``), so its state can be saved and resumed.
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            trainable, lr=config.learning_rate, weight_decay=config.weight_decay
-        )
+        # The AdamW state carried from step to step (``keep_optimizer``), saved and resumed with the run.
+        # The HF Trainer builds the optimizer itself each step (it refuses a pre-built one under FSDP).
+        self.optimizer_state: dict[str, Any] | None = None
         self._scratch = tempfile.TemporaryDirectory(prefix="whale-rsft-")
 
     def train(self, examples: list[Example]) -> tuple[float, int]:
@@ -312,12 +311,14 @@ class Trainer:
 
         datasets.disable_progress_bars()
         cfg = self.config
-        rows = [ex.row() for ex in examples]
+        rows, distributed_args = training_rows(examples, cfg, self.tokenizer)  # (under accelerate: see there)
         args = SFTConfig(
             output_dir=self._scratch.name,
             learning_rate=cfg.learning_rate,
             num_train_epochs=cfg.epochs,
-            per_device_train_batch_size=cfg.train_batch_size,
+            per_device_train_batch_size=per_device_batch(
+                cfg.train_batch_size, world()[1]
+            ),  # accelerate: a share
             gradient_accumulation_steps=1,
             max_grad_norm=cfg.max_grad_norm,
             weight_decay=cfg.weight_decay,
@@ -340,21 +341,65 @@ class Trainer:
             dataloader_num_workers=0,
             dataset_num_proc=None,
         )
-        optimizers = (self.optimizer, None) if cfg.keep_optimizer else (None, None)
+        for key, value in distributed_args.items():
+            setattr(args, key, value)
         trainer = SFTTrainer(
             model=self.model,
             args=args,
             train_dataset=datasets.Dataset.from_list(rows),
             processing_class=self.tokenizer,
-            optimizers=optimizers,
         )
         trainer.remove_callback(PrinterCallback)  # the step report carries the loss
+        if cfg.keep_optimizer:
+            trainer.add_callback(carry_optimizer_state(self))
         self.last_dataset = trainer.train_dataset
         self.model.train()
         result = trainer.train()
         self.model.eval()
         tokens = sum(len(ex.completion_ids) for ex in examples)
         return float(result.training_loss), tokens
+
+
+def carry_optimizer_state(holder: Any) -> Any:
+    """A ``TrainerCallback`` that keeps one optimizer state across ``train()`` calls without handing the
+    HF Trainer a pre-built optimizer (which it refuses under FSDP): when training begins, the optimizer
+    the Trainer just built (after ``accelerator.prepare``: under FSDP2 its state is sharded like the
+    parameters) loads ``holder.optimizer_state``; when it ends, its ``state_dict()`` goes back there.
+    Every step builds its optimizer over the same parameters in the same groups, so the state fits; a
+    state saved by the earlier one-group AdamW (a resume checkpoint of an older run) is regrouped."""
+    from transformers import TrainerCallback
+
+    class CarryOptimizerState(TrainerCallback):
+        def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+            saved = holder.optimizer_state
+            if saved is None:
+                return
+            if len(saved["param_groups"]) != len(optimizer.param_groups):
+                saved = _regroup(saved, optimizer, [p for p in holder.model.parameters() if p.requires_grad])
+            optimizer.load_state_dict(saved)
+
+        def on_train_end(self, args, state, control, optimizer=None, **kwargs):
+            holder.optimizer_state = optimizer.state_dict()
+
+    return CarryOptimizerState()
+
+
+def _regroup(saved: dict[str, Any], optimizer: Any, old_order: list[Any]) -> dict[str, Any]:
+    """A one-group optimizer state (parameters numbered in ``old_order``) in the groups of ``optimizer``."""
+    if len(saved["param_groups"]) != 1 or len(saved["param_groups"][0]["params"]) != len(old_order):
+        raise ValueError("the saved optimizer state does not match the model's parameters")
+    index = {id(p): i for i, p in enumerate(old_order)}
+    groups, states, at = [], {}, 0
+    for group in optimizer.param_groups:
+        ids = []
+        for p in group["params"]:
+            entry = saved["state"].get(index[id(p)])
+            if entry is not None:
+                states[at] = entry
+            ids.append(at)
+            at += 1
+        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
+    return {"state": states, "param_groups": groups}
 
 
 class RSFT:
@@ -473,7 +518,7 @@ class RSFT:
             self.tokenizer.save_pretrained(path)
         torch.save(
             {
-                "optimizer": self.trainer.optimizer.state_dict(),
+                "optimizer": self.trainer.optimizer_state,
                 "steps_done": self.steps_done,
                 "stream": self.stream.position,
             },
@@ -496,7 +541,7 @@ class RSFT:
                 f"checkpoint {path} does not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})"
             )
         extra = torch.load(Path(path) / "rsft_state.pt", weights_only=False)
-        self.trainer.optimizer.load_state_dict(extra["optimizer"])
+        self.trainer.optimizer_state = extra["optimizer"]  # loaded by the optimizer of the next step
         self.steps_done = int(extra["steps_done"])
         self.stream.position = int(extra["stream"])
 

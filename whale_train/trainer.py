@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import yaml
 
 from harnesses.loader import HarnessRef, load_harness
+from whale_train import distributed
 from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
 from whale_train.rsft import RSFT, RSFTConfig
 from whale_train.schedule import METHODS, Decision, RunState, ScheduleConfig, make_schedule
@@ -79,6 +80,11 @@ class TrainConfig:
     base_url: str | None = None
     # keyword arguments of the backend (vllm: engine arguments such as gpu_memory_utilization)
     backend_options: dict[str, Any] = field(default_factory=dict)
+    # vllm in-process engine: GPUs per copy of the model; copies of it (data parallel) are vllm serve replicas:
+    # backend openai with several base_url ("http://a:8000/v1,http://b:8000/v1") and backend_options.weight_sync
+    # (docs/SCALING.md)
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
     seed: int = 0
     budget_rollouts: int = 20_000
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
@@ -103,6 +109,13 @@ class TrainConfig:
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         parse_report_to(self.report_to)
+        if self.tensor_parallel_size < 1 or self.data_parallel_size < 1:
+            raise ValueError("tensor_parallel_size and data_parallel_size must be >= 1")
+        if self.data_parallel_size > 1:  # vLLM 0.33 refuses LLM(data_parallel_size > 1) in one process
+            raise ValueError(
+                "data_parallel_size > 1: run `vllm serve --data-parallel-size N` (or N servers) and the openai "
+                "backend with their base_url(s), comma-separated; see docs/SCALING.md"
+            )
         self.schedule.validate()
         self.rsft.validate()
 
@@ -335,7 +348,14 @@ class Run:
 
         kwargs = dict(self.config.backend_options)
         if self.config.backend == "openai":
+            urls = [u.strip() for u in (self.config.base_url or "").split(",") if u.strip()]
+            if len(urls) > 1 or "weight_sync" in kwargs:  # several vllm serve replicas
+                from whale_train.llm.replicas import make_replicas
+
+                return make_replicas(urls, self.config.model or "default", **kwargs)
             kwargs["base_url"] = self.config.base_url
+        if self.config.backend == "vllm":
+            kwargs.setdefault("tensor_parallel_size", self.config.tensor_parallel_size)
         return load_llm(self.config.backend, self.config.model, **kwargs)
 
     def _train_model(self) -> Any:
@@ -368,6 +388,8 @@ class Run:
                 checkpoint_dir=self.dir / "checkpoints",
                 train_model=self._train_model(),
             )
+            if distributed.world()[1] > 1:  # under accelerate launch: every rank trains (distributed.py)
+                self.rsft.trainer = distributed.DistributedTrainer(self.rsft.trainer)
         return self.rsft
 
     def _search(self) -> HarnessPhase:
@@ -440,6 +462,8 @@ class Run:
         _truncate_lines(self.dir / "ledger.jsonl", self.ledger_lines)  # drop events of an unfinished unit
         if state.get("resume_from"):
             self._rsft().restore(self.dir / "checkpoints" / state["resume_from"])
+            if isinstance(self.rsft.trainer, distributed.DistributedTrainer):
+                self.rsft.trainer.load(self.dir / "checkpoints" / state["resume_from"])
             if hasattr(self.llm, "load_weights"):  # vLLM: the engine gets the restored weights
                 self.llm.load_weights(self.rsft.trainer.model.named_parameters())
         self.llm.version = state["model_version"]
@@ -597,6 +621,9 @@ class Run:
         )
         signals = report.to_dict()
         signals.pop("failures", None)
+        push = getattr(self.llm, "last_push_seconds", None)
+        if report.updated and push is not None:  # weights pushed to the rollout engine(s) this step
+            signals["push_seconds"] = push
         return signals, report.rollouts
 
     def _harness_unit(self) -> tuple[dict[str, Any], int]:
@@ -794,25 +821,31 @@ def cmd_train(args) -> int:
         raise CLIError(
             f"--resume: {out} does not exist, so there is no run to resume; drop --resume to start one"
         )
-    # user errors in the config surface here, before the run directory is made
-    make_env(config.env, config.tasks, config.eval.split)
-    load_harness_for(config.harness_name, config.env)
-    check_model(config.model, config.backend)
+    if not distributed.is_main():  # accelerate launch: this rank only trains, on rank 0's examples
+        return distributed.follow_run(config)
     try:
-        run = Run(config, out, resume=args.resume, log=_plain(console), progress=progress_bar)
-    except (FileExistsError, ValueError, ImportError) as exc:
-        raise CLIError(str(exc)) from None
-    console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")
-    try:
-        with sigint_stops_run():
-            summary = run.run()
-    except KeyboardInterrupt:
-        again = f"whale train --out {out} --resume"  # the run's own config.yaml, overrides included
-        raise Interrupted(
-            f"stopped in unit {run.units} ({run.state.rollouts} rollouts done); `{again}` continues it"
-        ) from None
-    except ImportError as exc:  # a tracker asked for in report_to is not installed
-        raise CLIError(str(exc)) from None
+        # user errors in the config surface here, before the run directory is made
+        make_env(config.env, config.tasks, config.eval.split)
+        load_harness_for(config.harness_name, config.env)
+        check_model(config.model, config.backend)
+        try:
+            run = Run(config, out, resume=args.resume, log=_plain(console), progress=progress_bar)
+        except (FileExistsError, ValueError, ImportError) as exc:
+            raise CLIError(str(exc)) from None
+        console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")
+        try:
+            with sigint_stops_run():
+                summary = run.run()
+        except KeyboardInterrupt:
+            again = f"whale train --out {out} --resume"  # the run's own config.yaml, overrides included
+            raise Interrupted(
+                f"stopped in unit {run.units} ({run.state.rollouts} rollouts done); `{again}` continues it"
+            ) from None
+        except ImportError as exc:  # a tracker asked for in report_to is not installed
+            raise CLIError(str(exc)) from None
+    finally:
+        if distributed.world()[1] > 1:
+            distributed.stop_followers()
     table = Table(title=f"{config.name}: {config.method} on {config.env}")
     table.add_column("metric")
     table.add_column("value", justify="right")

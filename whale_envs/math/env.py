@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+from whale_envs import workers
 from whale_envs.math.problem import MathProblem
 from whale_envs.math.verify import Verdict, boxed_contents, check
 from whale_envs.sandbox import Limits, SandboxResult, run_python
@@ -160,7 +161,7 @@ class MathEnv(TextEnv[MathProblem]):
                 "budget",
             )
         self.tool_calls += 1
-        result: SandboxResult = run_python(code, self.tool_limits)
+        result: SandboxResult = workers.call("sandbox", run_python, code, self.tool_limits)  # bounded pool
         text = result.observation(self.tool_output_chars)
         self.last_tool = {
             "exit_code": result.exit_code,

@@ -34,6 +34,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from whale_envs import workers
 from whale_envs.search.corpus import SearchQuestion
 from whale_envs.search.judge import JudgeError, LLMJudge
 from whale_envs.search.retriever import Hit, Retriever, get_retriever
@@ -170,7 +171,7 @@ class SearchQAEnv(TextEnv[SearchQuestion]):
                 "punctuation or one-letter words): search for names or content words",
                 kind="illegal",
             )
-        hits = self.retriever.search(query, self.top_k)
+        hits = workers.call("retrieval", self.retriever.search, query, self.top_k)  # bounded pool
         self.searches += 1
         self.query, self.hits, self.results_turn = query, hits, self.turn
         for hit in hits:

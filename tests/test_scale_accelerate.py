@@ -1,0 +1,164 @@
+"""The weight phase under ``accelerate launch``: two CPU processes (DDP over gloo), rank 0 driving and
+both training, give the same update as one process on the same global batch, with the AdamW state
+carried across RSFT steps by the Trainer's own optimizer (no pre-built one); and a whole ``whale train``
+on two ranks gives the run of one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from whale_train.distributed import per_device_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tests" / "accelerate_equivalence.py"
+
+
+def _env() -> dict[str, str]:
+    # no GPU even where there is one: accelerate's multi-process launcher then runs DDP on CPUs (gloo)
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "CUDA_VISIBLE_DEVICES": "",
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+# 7 examples in global batches of 4: two optimizer steps per RSFT step, the second one a partial batch
+SHAPE = ["--examples", "7", "--batch", "4"]
+
+
+def _one_process(out: Path, keep: int = 1) -> dict:
+    cmd = [sys.executable, str(SCRIPT), str(out), "--keep-optimizer", str(keep), *SHAPE]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out / "result.pt")
+
+
+def _accelerate(out: Path, processes: int) -> dict:
+    # `accelerate launch --cpu` starts one process whatever --num_processes says; the multi-process
+    # launcher (torchrun underneath) with no visible GPU is how accelerate runs several CPU ranks
+    accelerate = Path(sys.executable).parent / "accelerate"
+    cmd = [
+        str(accelerate), "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29531",
+        str(SCRIPT), str(out), *SHAPE,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out / "result.pt")
+
+
+def _relative(a: dict, b: dict, base: dict) -> float:
+    """|a - b| / |a - base| over all weights: how far two updates of ``base`` differ, relative to the update."""
+    num = sum(((a[k] - b[k]) ** 2).sum() for k in a) ** 0.5
+    den = sum(((a[k] - base[k]) ** 2).sum() for k in a) ** 0.5
+    return float(num / den)
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_update_of_one(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from whale_train.llm import default_model
+
+    base = AutoModelForCausalLM.from_pretrained(default_model(), dtype=torch.float32).state_dict()
+    one = _one_process(tmp_path / "one")
+    two = _accelerate(tmp_path / "two", 2)
+    fresh = _one_process(tmp_path / "fresh", keep=0)  # a new AdamW each step: what carrying the state avoids
+    assert (one["world_size"], two["world_size"]) == (1, 2)
+    # the Trainer's own optimizer kept its state across the two train() calls, on every rank count
+    assert one["adam_steps"] and set(one["adam_steps"]) == {4} and set(two["adam_steps"]) == {4}
+    update = sum(((one["weights"][k] - base[k]) ** 2).sum() for k in base) ** 0.5
+    assert update > 1e-2  # the two steps moved the weights
+    # the same update within float tolerance (per-rank padding changes the kernels' rounding, and AdamW
+    # divides by the root of tiny second moments); a missing optimizer state is 100x further off
+    assert _relative(one["weights"], two["weights"], base) < 1e-3
+    assert _relative(one["weights"], fresh["weights"], base) > 0.1
+
+
+def test_per_device_batch_splits_the_global_batch():
+    assert per_device_batch(16, 1) == 16 and per_device_batch(16, 4) == 4
+    with pytest.raises(ValueError, match="not a multiple of the 3 training processes"):
+        per_device_batch(16, 3)
+
+
+@pytest.mark.slow
+def test_whale_train_on_two_ranks_is_the_run_of_one(tmp_path):
+    import yaml
+    from safetensors.torch import load_file
+
+    from whale_train.compare import CompareConfig, plan
+
+    spec = plan(CompareConfig.load(ROOT / "configs" / "compare" / "smoke.yaml"))[0]  # math, whale, seed 0
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(spec.config.to_dict()))
+    train = ["-m", "whale_train.cli", "train", str(config), "--no-report", "--out"]
+    one = subprocess.run(
+        [sys.executable, *train, str(tmp_path / "one")], env=_env(), capture_output=True, text=True
+    )
+    assert one.returncode == 0, one.stderr[-3000:]
+    accelerate = Path(sys.executable).parent / "accelerate"
+    cmd = [
+        str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
+        *train, str(tmp_path / "two"),
+    ]  # fmt: skip
+    two = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=ROOT)
+    assert two.returncode == 0, two.stderr[-3000:]
+
+    def ledger(run: str) -> list[dict]:  # rank 0's loss is its own share's; wall-clock fields differ
+        def strip(x):
+            if isinstance(x, dict):
+                return {k: strip(v) for k, v in x.items() if not k.endswith("seconds") and k != "loss"}
+            return x
+
+        return [
+            strip(json.loads(line)) for line in (tmp_path / run / "ledger.jsonl").read_text().splitlines()
+        ]
+
+    # rank 0 drove rollouts, evaluations and the ledger alone; the other rank only trained
+    events = ledger("two")
+    assert events == ledger("one") and events[-1]["event"] == "stop"
+    versions = sorted(int(p.name) for p in (tmp_path / "one" / "checkpoints").iterdir() if p.name.isdigit())
+    assert len(versions) >= 3
+    from whale_train.llm import default_model
+
+    base = load_file(str(Path(default_model()) / "model.safetensors"))
+    a = load_file(str(tmp_path / "one" / "checkpoints" / str(versions[-1]) / "model.safetensors"))
+    b = load_file(str(tmp_path / "two" / "checkpoints" / str(versions[-1]) / "model.safetensors"))
+    assert _relative(a, b, base) < 1e-3
+
+
+@pytest.mark.slow
+def test_a_one_group_adamw_state_of_an_older_checkpoint_carries_on():
+    """Resume checkpoints written before RSFT let the Trainer build its optimizer hold the state of one
+    AdamW over all parameters; the Trainer's optimizer (decay / no-decay groups) takes it over."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    from accelerate_equivalence import examples
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from whale_train.llm import default_model
+    from whale_train.rsft import RSFTConfig, Trainer
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model())
+    model = AutoModelForCausalLM.from_pretrained(default_model(), dtype=torch.float32)
+    params = [p for p in model.parameters() if p.requires_grad]
+    old = torch.optim.AdamW(params, lr=1e-4)
+    for p in params:
+        p.grad = torch.full_like(p, 1e-3)
+    old.step()
+    old.step()  # two steps of the old optimizer
+    model.zero_grad(set_to_none=True)
+    trainer = Trainer(model, tokenizer, RSFTConfig(learning_rate=1e-4, train_batch_size=8, bf16=False))
+    trainer.optimizer_state = old.state_dict()
+    trainer.train(examples(tokenizer, 0, 8))  # one optimizer step
+    steps = {int(s["step"]) for s in trainer.optimizer_state["state"].values()}
+    assert steps == {3} and len(trainer.optimizer_state["param_groups"]) == 2
