@@ -239,23 +239,25 @@ class LLM:
                 raise VLLMValidationError(
                     f"The decoder prompt (length {n}) is longer than the maximum model length of {limit}."
                 )
-        outs = []
-        for p, sp in zip(prompts, params, strict=True):
+        outs: list[Any] = [None] * len(prompts)
+        batch, where = [], []
+        for i, (p, sp) in enumerate(zip(prompts, params, strict=True)):
             ids = list(p["prompt_token_ids"])
             if sp.prompt_logprobs is not None:
-                outs.append(self._prompt_logprobs(ids))
+                outs[i] = self._prompt_logprobs(ids)
                 continue
-            req = Request(
-                self.tokenizer.decode(ids),
-                WhaleParams(temperature=sp.temperature, top_p=sp.top_p, max_tokens=sp.max_tokens),
-                seed=sp.seed or 0,
+            wp = WhaleParams(temperature=sp.temperature, top_p=sp.top_p, max_tokens=sp.max_tokens)
+            batch.append((ids, Request("", wp, seed=sp.seed or 0)))
+            where.append(i)
+        sampled = self.sampler._sample(batch) if batch else []  # one batch; each row seeded by its request
+        for i, (ids, _), (new, finish) in zip(where, batch, sampled, strict=True):
+            body = [t for t in new if t not in self.sampler.eos_ids]
+            out = types.SimpleNamespace(
+                text=self.tokenizer.decode(body, skip_special_tokens=True),
+                token_ids=new,
+                finish_reason=finish,
             )
-            new, finish = self.sampler._sample([(ids, req)])[0]
-            text = self.tokenizer.decode(
-                [t for t in new if t not in self.sampler.eos_ids], skip_special_tokens=True
-            )
-            out = types.SimpleNamespace(text=text, token_ids=new, finish_reason=finish)
-            outs.append(types.SimpleNamespace(outputs=[out], prompt_token_ids=ids, prompt_logprobs=None))
+            outs[i] = types.SimpleNamespace(outputs=[out], prompt_token_ids=ids, prompt_logprobs=None)
         return outs
 
     @torch.inference_mode()

@@ -14,10 +14,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from harnesses.loader import load_harness
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.llm.base import Request, SamplingParams, fit_prompt
-from whale_train.rsft import RSFT, RSFTConfig
+from whale_train.rsft import RSFT, Example, RSFTConfig
 from whale_train.tiny import build_qwen3_5, save
 
-PROMPTS = ["What is 2+3? Answer:", "Mate in one:", "The capital of France is"]
+PROMPTS = ["What is 2+3? Answer:", "The capital of France is"]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def engine_llm(model: str, **kwargs):
 
 
 def greedy(llm) -> list[list[int]]:
-    reqs = [Request(p, SamplingParams(temperature=0, max_tokens=8)) for p in PROMPTS]
+    reqs = [Request(p, SamplingParams(temperature=0, max_tokens=6)) for p in PROMPTS]
     return [c.completion_ids for c in llm.complete(reqs)]
 
 
@@ -75,6 +75,7 @@ def round_trip(llm, model_dir: str) -> None:
     assert llm.version == 2 and llm.engine.prefix_resets == 2
 
 
+@pytest.mark.slow
 def test_a_causal_lm_training_copy_pushes_into_the_conditional_generation_engine(vllm, hub_qwen3_5):
     # vLLM builds Qwen3_5ForConditionalGeneration (config.json); the trainer trains Qwen3_5ForCausalLM.
     llm = engine_llm(hub_qwen3_5)
@@ -84,6 +85,7 @@ def test_a_causal_lm_training_copy_pushes_into_the_conditional_generation_engine
     assert loaded and all(name.startswith("language_model.") for name in loaded)
 
 
+@pytest.mark.slow
 def test_the_multiprocess_engine_takes_pushes_through_a_worker_method(vllm, hub_qwen3_5, monkeypatch):
     # vLLM's default: the engine core in its own process; no model_executor to reach into, and only
     # the worker's own methods can be called (collective_rpc).
@@ -94,6 +96,7 @@ def test_the_multiprocess_engine_takes_pushes_through_a_worker_method(vllm, hub_
     assert set(llm.engine.rpcs) <= fake_vllm.WORKER_METHODS and "reload_weights" in llm.engine.rpcs
 
 
+@pytest.mark.slow
 def test_a_qwen3_engine_takes_its_own_names(vllm):
     round_trip(engine_llm(str(SHIPPED_MODEL)), str(SHIPPED_MODEL))
 
@@ -112,32 +115,22 @@ def test_a_pushed_tensor_that_fits_no_engine_weight_is_named(vllm, hub_qwen3_5):
     assert llm.version == 0 and not llm.engine.model.loads  # nothing reached the engine
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["hub_qwen3_5", "qwen3"])
 def test_lora_is_merged_and_renamed_before_the_push(vllm, model, request):
     path = request.getfixturevalue(model) if model == "hub_qwen3_5" else str(SHIPPED_MODEL)
     llm = engine_llm(path)
     train = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     config = RSFTConfig(
-        batch_tasks=2,
-        samples=1,
-        lora=True,
-        lora_r=4,
-        learning_rate=1e-2,
-        reward_threshold=0.0,
-        require_stop=False,
-        save_checkpoints=False,
+        batch_tasks=1, samples=1, lora=True, lora_r=4, learning_rate=1e-2, save_checkpoints=False
     )
-    rsft = RSFT(
-        config,
-        llm,
-        load_harness("math/h0"),
-        "whale/Math-v0",
-        {"tasks": "generated?difficulty=1"},
-        train_model=train,
-    )
+    env = ("whale/Math-v0", {"tasks": "generated?difficulty=1"})
+    rsft = RSFT(config, llm, load_harness("math/h0"), *env, train_model=train)
     base = {n: p.detach().clone() for n, p in train.named_parameters() if "lora_" not in n}
-    report = rsft.step()
-    assert report.updated and llm.version == 1
+    prompt = llm.encode("What is 2+3? Answer:")
+    rsft.trainer.train([Example(tuple(prompt), tuple(llm.encode(" 5")), "t0")])
+    rsft.push()  # what an RSFT step does after training
+    assert llm.version == 1
     peft = rsft.trainer.model
     engine = llm.engine.model.params
     moved = 0

@@ -400,7 +400,7 @@ class Run:
         if state.get("resume_from"):
             self._rsft().restore(self.dir / "checkpoints" / state["resume_from"])
             if hasattr(self.llm, "load_weights"):  # vLLM: the engine gets the restored weights
-                self.llm.load_weights(self.rsft.trainer.model.named_parameters())
+                self.rsft.push()
         self.llm.version = state["model_version"]
         if state["harness"] != self.harness.name:
             self.harness = self._search().incumbent

@@ -121,5 +121,5 @@ def check_push(
                 f"pushed weight {name!r}{was} has shape {tuple(tensor.shape)}, the engine's {expected[name]}"
             )
         seen.add(name)
-        out.append((name, tensor))
+        out.append((name, tensor.detach()))
     return out
