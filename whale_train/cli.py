@@ -164,6 +164,9 @@ def evaluate(args: argparse.Namespace) -> dict:
         "episodes_per_second": round(len(trajs) / wall, 2) if wall else None,
         **summary,
     }
+    model_errors = [t.error for t in trajs if t.failure == "model_error"]
+    if model_errors:
+        results["model_error"] = model_errors[0].splitlines()[0]
     _print_results(results)
     if args.out:
         out = Path(args.out)
@@ -192,7 +195,13 @@ def _print_results(r: dict) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    evaluate(args)
+    results = evaluate(args)
+    failed = results["failures"].get("model_error", 0)
+    if failed:  # the model failed, not the harness: the numbers above do not measure the harness
+        console.print(
+            f"[red]error:[/] the model failed in {failed} of {results['episodes']} episodes: {results['model_error']}"
+        )
+        return 1
     return 0
 
 

@@ -255,6 +255,20 @@ class TaskStream:
 # ------------------------------------------------------------------------------------------ training
 
 
+class ModelFailure(RuntimeError):
+    """Every episode of an evaluation or an RSFT step failed in the model (not the harness): the run stops."""
+
+
+def check_model(trajs: list[Any], what: str) -> None:
+    """Stop when every episode's model calls failed (a broken backend); some failures (one bad request)
+    only fail their episodes, which are counted as ``model_error``."""
+    errors = [t.error for t in trajs if t.failure == "model_error"]
+    if trajs and len(errors) == len(trajs):
+        raise ModelFailure(
+            f"the model failed in all {len(trajs)} episodes of {what}: {errors[0].splitlines()[0]}"
+        )
+
+
 @dataclass
 class StepReport:
     """What one RSFT step did (the signals the trainer logs)."""
@@ -450,6 +464,7 @@ class RSFT:
             config=rollout,
         )
         sample_seconds = time.monotonic() - start
+        check_model(trajs, f"RSFT step {self.steps_done}")
         summary = summarize(trajs)
         accepted = accept(trajs, cfg)
         examples = examples_from(accepted, cfg, self.tokenizer)

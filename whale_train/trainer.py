@@ -36,7 +36,7 @@ import yaml
 
 from harnesses.loader import HarnessRef, load_harness
 from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
-from whale_train.rsft import RSFT, RSFTConfig
+from whale_train.rsft import RSFT, ModelFailure, RSFTConfig, check_model
 from whale_train.schedule import METHODS, Decision, RunState, ScheduleConfig, make_schedule
 
 DOMAIN_OF = {"whale/Chess-v0": "chess_puzzles", "whale/Math-v0": "math", "whale/SearchQA-v0": "search_qa"}
@@ -93,6 +93,13 @@ class TrainConfig:
             raise ValueError("budget_rollouts must be positive")
         if self.eval.every not in ("phase", "unit"):
             raise ValueError("eval.every must be 'phase' or 'unit'")
+        if self.backend == "openai" and self.method != "harness-only":
+            # The server's weights cannot be trained from here: RSFT trains a module in this process.
+            raise ValueError(
+                f"backend 'openai' serves a model this process cannot train, and method {self.method!r} has "
+                "weight phases: use backend 'vllm' (in-process engine, trained weights pushed into it) or "
+                "'transformers', or method 'harness-only' (docs/TRAINING.md, server mode)"
+            )
         self.schedule.validate()
         self.rsft.validate()
 
@@ -437,6 +444,7 @@ class Run:
             env_kwargs={"split": e.split, **self.config.env_kwargs},
             config=rollout,
         )
+        check_model(trajs, f"the evaluation of model v{version}")
         summary = summarize(trajs)
         result = {
             k: summary[k]
@@ -661,7 +669,11 @@ def cmd_train(args) -> int:
     except (FileExistsError, ValueError) as exc:
         raise CLIError(str(exc)) from None
     console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")
-    summary = run.run()
+    try:
+        summary = run.run()
+    except ModelFailure as exc:
+        console.print(f"[red]error:[/] {exc} (the run stopped; --resume continues it once the model works)")
+        return 1
     table = Table(title=f"{config.name}: {config.method} on {config.env}")
     table.add_column("metric")
     table.add_column("value", justify="right")

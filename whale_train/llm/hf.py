@@ -28,6 +28,8 @@ class TransformersLLM:
         tokenizer: a loaded tokenizer (default: loaded from ``model``).
         max_batch_size: most sequences in one forward pass.
         device, dtype: where and in which precision to run (default: CPU, float32).
+        chat_template_kwargs: passed to the chat template (Qwen3.5: ``{"enable_thinking": False}``, or its
+            template opens a thinking block in every reply).
     """
 
     def __init__(
@@ -39,11 +41,14 @@ class TransformersLLM:
         device: str | None = None,
         dtype: torch.dtype | None = None,
         name: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # no per-shard bars in the middle of our own progress output
+        if isinstance(dtype, str):  # from a YAML config: "bfloat16", "float32"
+            dtype = getattr(torch, dtype)
         if isinstance(model, str | Path):
             path = str(model)
             self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
@@ -59,6 +64,7 @@ class TransformersLLM:
         self.model.to(self.device)
         self.model.eval()
         self.max_batch_size = max_batch_size
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.version = 0
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
@@ -91,7 +97,9 @@ class TransformersLLM:
             return prompt
         if not self.has_chat_template:
             raise ValueError(f"{self.name} has no chat template: pass the prompt as plain text")
-        return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(
+            prompt, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -44,7 +44,7 @@ def model_files(model: str) -> Path:
         return Path(model)
     from huggingface_hub import snapshot_download
 
-    return Path(snapshot_download(model, local_files_only=True, allow_patterns=["*.json", "*.safetensors"]))
+    return Path(snapshot_download(model, local_files_only=True))
 
 
 class VLLMLLM:
@@ -85,14 +85,18 @@ class VLLMLLM:
         engine_kwargs.setdefault("gpu_memory_utilization", 0.4)
         engine_kwargs.setdefault("enable_prefix_caching", True)
         self.engine = LLM(model=model, **engine_kwargs)
-        self.tokenizer = self.engine.get_tokenizer()
+        files = model_files(model)
+        # A transformers tokenizer of the same files: prompts are encoded here (the engine gets token ids),
+        # and RSFT's SFTTrainer needs a transformers tokenizer.
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(files))
         self.name = model
         self.version = 0
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         config = getattr(self.engine, "model_config", None) or self.engine.llm_engine.model_config
         self.max_model_len = int(config.max_model_len)
         self.dtype = getattr(config, "dtype", None)
-        files = model_files(model)
         hf = json_file(files / "config.json")
         self.architecture = (hf.get("architectures") or [""])[0]
         self.checkpoint = checkpoint_tensors(files)  # what the engine loaded: each push is checked against it
@@ -178,8 +182,8 @@ class VLLMLLM:
         against it (``WeightPushError`` names the first that does not fit), then loaded by every worker
         through ``reload_weights`` (vllm/v1/worker/gpu_worker.py, ``Worker.reload_weights`` ->
         ``GPUModelRunner.reload_weights`` -> the model's ``load_weights``, which shards for tensor
-        parallelism). In a multiprocess engine the tensors travel to the workers serialized, so they are
-        sent as CPU tensors in the engine's dtype."""
+        parallelism). Tensors go in the engine's dtype; to a multiprocess engine as CPU tensors, since
+        they travel to the workers serialized."""
         import torch
 
         weights = check_push(
@@ -187,8 +191,12 @@ class VLLMLLM:
         )
         in_process = hasattr(self.engine.llm_engine, "model_executor")  # vllm/v1/engine/llm_engine.py
         dtype = self.dtype if isinstance(self.dtype, torch.dtype) else None
-        if not in_process:
-            weights = [(n, t.detach().to("cpu", dtype=dtype or t.dtype).contiguous()) for n, t in weights]
+        # In the engine's dtype (float32 master weights into a bf16 engine: vLLM's loader would warn per
+        # tensor); across a process boundary as CPU tensors (msgpack serializes host memory).
+        device = None if in_process else "cpu"
+        weights = [
+            (n, t.to(device=device or t.device, dtype=dtype or t.dtype).contiguous()) for n, t in weights
+        ]
         self.engine.collective_rpc(
             "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
         )
