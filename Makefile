@@ -4,7 +4,8 @@
 # Both create ./.venv on first use and install exactly torch==2.13.0 (the CPU build) before the package.
 # `make test` then runs the backend, RSFT and trainer tests a second time in ./.venv-pinned, on the
 # transformers release the `gpu` extra resolves to (vllm 0.33 allows transformers>=5.16.1,<5.21), so a
-# name that exists in only one of the two transformers versions fails CI.
+# name that exists in only one of the two transformers versions fails CI (the fast ones: every API the
+# slow ones use is exercised by a fast one too, and the slow ones would double CI time).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -49,7 +50,7 @@ test: lint
 
 test-pinned: install-pinned
 	$(PINNED)/bin/python -c "import transformers as t; assert t.__version__ == '$(PINNED_TRANSFORMERS)', t.__version__"
-	$(PINNED)/bin/python -m pytest -q -p no:cacheprovider $(PINNED_TESTS)
+	$(PINNED)/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(PINNED_TESTS)
 
 bench: install
 	$(BIN)/python -m pytest benchmarks --benchmark-enable --benchmark-only -q

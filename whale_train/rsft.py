@@ -312,7 +312,11 @@ class Trainer:
                 target_modules=lora_targets(model, config.lora_target_modules),
                 task_type="CAUSAL_LM",
             )
-            self.model = get_peft_model(model, lora)
+            # The adapters' initialization draws from the global RNG, whose state depends on what ran
+            # before in this process: seed it, so a run and its resumed rerun start from the same adapters.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(config.seed)
+                self.model = get_peft_model(model, lora)
         self.bf16 = config.bf16 if config.bf16 is not None else torch.cuda.is_available()
         # One AdamW for the whole run (``keep_optimizer``), so its state can be saved and resumed.
         trainable = [p for p in self.model.parameters() if p.requires_grad]
