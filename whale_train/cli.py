@@ -304,6 +304,9 @@ def evaluate(args: argparse.Namespace) -> dict:
         **summary,
         "errors": first_errors(trajs),
     }
+    model_errors = [t.error for t in trajs if t.failure == "model_error"]
+    if model_errors:
+        results["model_error"] = model_errors[0].splitlines()[0]
     _print_results(results)
     print_errors(results["errors"], len(trajs))
     if args.out:
@@ -334,6 +337,12 @@ def _print_results(r: dict) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     results = evaluate(args)
+    model_failed = results["failures"].get("model_error", 0)
+    if model_failed:  # the model failed, not the harness: the numbers above do not measure the harness
+        errors.print(
+            f"the model failed in {model_failed} of {results['episodes']} episodes: {results['model_error']}"
+        )
+        return 1
     failed = sum(e["episodes"] for e in results["errors"].values())
     if results["episodes"] and failed == results["episodes"]:
         errors.print(f"every episode failed ({', '.join(results['errors'])}): see the first error above")

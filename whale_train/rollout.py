@@ -114,6 +114,7 @@ FAILURES = (
     "out_of_turns",
     "timeout",
     "harness_error",
+    "model_error",
     "incomplete",
 )
 
@@ -121,12 +122,15 @@ FAILURES = (
 def categorize(traj: Trajectory) -> str:
     """The failure category of an unsolved episode ('' when solved).
 
+    model_error (a model call failed: the backend raised; whatever the harness did next) /
     timeout / harness_error (the harness raised or hit a limit) / wrong_answer (the env ended the
     episode with reward 0) / parse_error, illegal_action, tool_error (the episode ran out of turns,
     and the last env error was of that kind) / out_of_turns / incomplete (the harness returned early).
     """
     if traj.solved:
         return ""
+    if traj.error and traj.error.startswith("model_error"):
+        return "model_error"
     if traj.error and traj.error.startswith("timeout"):
         return "timeout"
     if traj.error:
@@ -250,9 +254,15 @@ class Batcher:
                     n = len(j.requests)  # type: ignore[arg-type]
                     j.future.set_result(outs[i : i + n])
                     i += n
-            except Exception as exc:  # the backend failed: every waiting episode gets the error
-                for j in completes:
-                    j.future.set_exception(exc)
+            except Exception as exc:
+                if len(completes) == 1:
+                    completes[0].future.set_exception(exc)
+                else:  # the backend refused the batch: again job by job, so a bad request fails its episode only
+                    for j in completes:
+                        try:
+                            j.future.set_result(self.llm.complete(j.requests))
+                        except Exception as one:
+                            j.future.set_exception(one)
         for j in jobs:
             if j.score is not None:
                 try:
@@ -306,6 +316,7 @@ class Episode:
         self._started = time.monotonic()
         self.last_activity = self._started
         self.busy_in_harness = True  # False while a handle call is being served
+        self.model_error: str | None = None  # the first failed model call: the episode is a model error
         task = env.unwrapped.source.get(task_id)
         self.traj = Trajectory(
             task_id=task_id,
@@ -402,6 +413,7 @@ class Episode:
             try:
                 comps: list[Completion] = f.result()
             except Exception as exc:
+                self.model_error = self.model_error or f"{type(exc).__name__}: {exc}"
                 out.set_exception(HarnessCallError(f"the model failed: {exc}"))
                 return
             for req, c in zip(reqs, comps, strict=True):
@@ -446,6 +458,7 @@ class Episode:
                 out.set_exception(HarnessCallError(str(exc)))
                 return
             except Exception as exc:
+                self.model_error = self.model_error or f"{type(exc).__name__}: {exc}"
                 out.set_exception(HarnessCallError(f"the model failed: {exc}"))
                 return
             scores = [float(c.logprob or 0.0) for c in comps]
@@ -487,6 +500,8 @@ class Episode:
         t.error = error
         last = t.steps[-1] if t.steps else None
         t.solved = bool(last and last.terminated and t.final_info.get("solved", last.reward >= 1.0))
+        if self.model_error and not t.solved:  # not the harness's fault, whatever it raised after
+            t.error = f"model_error: {self.model_error}" + (f"\n(then {error})" if error else "")
         t.failure = categorize(t)
         return t
 

@@ -52,6 +52,8 @@ class RSFTConfig:
         weight_decay: AdamW weight decay.
         keep_optimizer: keep one AdamW state across steps (as in the calibration runs).
         lora: train LoRA adapters (PEFT) instead of all weights; ``lora_r`` / ``lora_alpha`` / ``lora_dropout``.
+        lora_target_modules: the modules LoRA adapts (PEFT's ``target_modules``); default: PEFT's choice for
+            the architecture where it has one (Qwen3: q_proj, v_proj), else ``"all-linear"`` (Qwen3.5).
         bf16: bf16 autocast for training (on by default on CUDA, off on CPU).
         gradient_checkpointing: trade compute for memory (off: the tiny model does not need it).
         max_length: longest training sequence (longer examples are dropped, not cut).
@@ -76,6 +78,7 @@ class RSFTConfig:
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.0
+    lora_target_modules: list[str] | str | None = None
     bf16: bool | None = None
     gradient_checkpointing: bool = False
     max_length: int = 2048
@@ -253,6 +256,20 @@ class TaskStream:
 # ------------------------------------------------------------------------------------------ training
 
 
+class ModelFailure(RuntimeError):
+    """Every episode of an evaluation or an RSFT step failed in the model (not the harness): the run stops."""
+
+
+def check_model(trajs: list[Any], what: str) -> None:
+    """Stop when every episode's model calls failed (a broken backend); some failures (one bad request)
+    only fail their episodes, which are counted as ``model_error``."""
+    errors = [t.error for t in trajs if t.failure == "model_error"]
+    if trajs and len(errors) == len(trajs):
+        raise ModelFailure(
+            f"the model failed in all {len(trajs)} episodes of {what}: {errors[0].splitlines()[0]}"
+        )
+
+
 @dataclass
 class StepReport:
     """What one RSFT step did (the signals the trainer logs)."""
@@ -293,9 +310,14 @@ class Trainer:
                 r=config.lora_r,
                 lora_alpha=config.lora_alpha,
                 lora_dropout=config.lora_dropout,
+                target_modules=lora_targets(model, config.lora_target_modules),
                 task_type="CAUSAL_LM",
             )
-            self.model = get_peft_model(model, lora)
+            # The adapters' initialization draws from the global RNG, whose state depends on what ran
+            # before in this process: seed it, so a run and its resumed rerun start from the same adapters.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(config.seed)
+                self.model = get_peft_model(model, lora)
         self.bf16 = config.bf16 if config.bf16 is not None else torch.cuda.is_available()
         # The AdamW state carried from step to step (``keep_optimizer``), saved and resumed with the run.
         # The HF Trainer builds the optimizer itself each step (it refuses a pre-built one under FSDP).
@@ -305,42 +327,15 @@ class Trainer:
     def train(self, examples: list[Example]) -> tuple[float, int]:
         """One fine-tuning pass; returns (mean training loss, completion tokens trained on)."""
         import datasets
-        import torch
         from transformers.trainer_callback import PrinterCallback
         from trl import SFTConfig, SFTTrainer
 
         datasets.disable_progress_bars()
         cfg = self.config
         rows, distributed_args = training_rows(examples, cfg, self.tokenizer)  # (under accelerate: see there)
-        args = SFTConfig(
-            output_dir=self._scratch.name,
-            learning_rate=cfg.learning_rate,
-            num_train_epochs=cfg.epochs,
-            per_device_train_batch_size=per_device_batch(
-                cfg.train_batch_size, world()[1]
-            ),  # accelerate: a share
-            gradient_accumulation_steps=1,
-            max_grad_norm=cfg.max_grad_norm,
-            weight_decay=cfg.weight_decay,
-            lr_scheduler_type="constant",
-            warmup_steps=0,
-            completion_only_loss=True,
-            max_length=cfg.max_length,
-            packing=False,
-            bf16=self.bf16,
-            activation_checkpointing=cfg.gradient_checkpointing,  # transformers 5 name of gradient checkpointing
-            report_to="none",
-            save_strategy="no",
-            logging_strategy="no",
-            eval_strategy="no",
-            disable_tqdm=True,
-            optim="adamw_torch",
-            seed=cfg.seed,
-            data_seed=cfg.seed,
-            use_cpu=not torch.cuda.is_available(),
-            dataloader_num_workers=0,
-            dataset_num_proc=None,
-        )
+        kwargs = sft_arguments(cfg, self._scratch.name, self.bf16)
+        kwargs["per_device_train_batch_size"] = per_device_batch(cfg.train_batch_size, world()[1])  # a share
+        args = SFTConfig(**kwargs)
         for key, value in distributed_args.items():
             setattr(args, key, value)
         trainer = SFTTrainer(
@@ -400,6 +395,58 @@ def _regroup(saved: dict[str, Any], optimizer: Any, old_order: list[Any]) -> dic
             at += 1
         groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
     return {"state": states, "param_groups": groups}
+
+
+def lora_targets(model: Any, targets: list[str] | str | None) -> list[str] | str | None:
+    """LoRA's ``target_modules``: as given; else PEFT's default for the model type; else all linear layers
+    (PEFT knows no default for qwen3_5, and ``get_peft_model`` would refuse)."""
+    if targets is not None:
+        return targets
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
+
+    return None if getattr(model.config, "model_type", None) in DEFAULTS else "all-linear"
+
+
+def sft_arguments(cfg: RSFTConfig, output_dir: str, bf16: bool) -> dict[str, Any]:
+    """``SFTConfig`` keyword arguments, valid on every transformers the project supports: 5.20 (what
+    vllm 0.33 allows) calls gradient checkpointing ``gradient_checkpointing``, 5.23 and later
+    ``activation_checkpointing`` (the old name is a deprecated alias there)."""
+    import dataclasses as dc
+
+    import torch
+    from trl import SFTConfig
+
+    names = {f.name for f in dc.fields(SFTConfig)}
+    checkpointing = (
+        "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+    )
+    return dict(
+        output_dir=output_dir,
+        learning_rate=cfg.learning_rate,
+        num_train_epochs=cfg.epochs,
+        per_device_train_batch_size=cfg.train_batch_size,
+        gradient_accumulation_steps=1,
+        max_grad_norm=cfg.max_grad_norm,
+        weight_decay=cfg.weight_decay,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        completion_only_loss=True,
+        max_length=cfg.max_length,
+        packing=False,
+        bf16=bf16,
+        **{checkpointing: cfg.gradient_checkpointing},
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        eval_strategy="no",
+        disable_tqdm=True,
+        optim="adamw_torch",
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_num_workers=0,
+        dataset_num_proc=None,
+    )
 
 
 class RSFT:
@@ -466,6 +513,7 @@ class RSFT:
             config=rollout,
         )
         sample_seconds = time.monotonic() - start
+        check_model(trajs, f"RSFT step {self.steps_done}")
         summary = summarize(trajs)
         accepted = accept(trajs, cfg)
         examples = examples_from(accepted, cfg, self.tokenizer)
@@ -501,11 +549,18 @@ class RSFT:
     def _publish(self) -> None:
         """Hand the new weights to the rollout backend and save the version."""
         if hasattr(self.llm, "load_weights"):
-            self.llm.load_weights(self.trainer.model.named_parameters())
+            self.push()
         else:  # transformers: the same module was trained in place
             self.llm.version = int(getattr(self.llm, "version", 0)) + 1
         if self.config.save_checkpoints and self.checkpoint_dir is not None:
             self.save(self.checkpoint_dir / str(self.llm.version))
+
+    def push(self) -> None:
+        """Push the trained weights into a backend that takes them (vLLM): detached, LoRA merged into
+        the base weights under the base names (``llm.weights.trained_weights``)."""
+        from whale_train.llm.weights import trained_weights
+
+        self.llm.load_weights(trained_weights(self.trainer.model))
 
     def save(self, path: Path) -> Path:
         """``save_pretrained`` the current weights (with LoRA: the adapter, in PEFT's format), plus the
@@ -527,19 +582,11 @@ class RSFT:
         return path
 
     def restore(self, path: Path) -> None:
-        """Load the weights, optimizer state and stream position saved by ``save`` (in place)."""
+        """Load the weights, optimizer state and stream position saved by ``save``, in place (the rollout
+        backend and the optimizer keep their parameter objects)."""
         import torch
-        from safetensors.torch import load_file
 
-        weights = sorted(Path(path).glob("*.safetensors"))
-        state = {}
-        for w in weights:
-            state.update(load_file(str(w)))
-        missing, unexpected = self.trainer.model.load_state_dict(state, strict=False)
-        if unexpected or any(not k.endswith("lm_head.weight") for k in missing):
-            raise ValueError(
-                f"checkpoint {path} does not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})"
-            )
+        load_checkpoint(self.trainer.model, Path(path))
         extra = torch.load(Path(path) / "rsft_state.pt", weights_only=False)
         self.trainer.optimizer_state = extra["optimizer"]  # loaded by the optimizer of the next step
         self.steps_done = int(extra["steps_done"])
@@ -553,6 +600,37 @@ class RSFT:
             if on_step is not None:
                 on_step(report)
         return reports
+
+
+def load_checkpoint(model: Any, path: Path) -> None:
+    """Copy a ``save_pretrained`` checkpoint into ``model`` in place, through the loaders that wrote it:
+    ``from_pretrained`` of the model's own class for full fine-tuning (so any architecture's layout and
+    tied weights load as transformers defines them), PEFT's adapter loader for LoRA (its saved keys lack
+    the adapter name). Every trainable parameter must get a value."""
+    import torch
+
+    if hasattr(model, "get_base_model"):  # PEFT: the adapter only
+        from peft import set_peft_model_state_dict
+        from peft.utils import load_peft_weights
+
+        result = set_peft_model_state_dict(model, load_peft_weights(str(path), device="cpu"))
+        missing = [k for k in result.missing_keys if "lora_" in k]
+        if missing or result.unexpected_keys:
+            raise ValueError(
+                f"adapter {path} does not match the model (missing {missing[:3]}, unexpected "
+                f"{list(result.unexpected_keys)[:3]})"
+            )
+        return
+    dtype = next(model.parameters()).dtype
+    loaded = type(model).from_pretrained(str(path), dtype=dtype)
+    source = dict(loaded.named_parameters())
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name not in source or source[name].shape != param.shape:
+                raise ValueError(
+                    f"checkpoint {path} does not match the model: no {name!r} of shape {tuple(param.shape)}"
+                )
+            param.copy_(source[name].to(param.device))
 
 
 def _end_id(tokenizer: Any, chat: bool) -> int | None:

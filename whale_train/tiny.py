@@ -102,3 +102,65 @@ def save(model, tokenizer, out: str | Path) -> Path:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+#: A tiny random Qwen3.5 (the architecture of Qwen/Qwen3.5-2B/4B at toy size): three Gated DeltaNet
+#: linear-attention layers and one full-attention layer, as in the real model's 3:1 pattern.
+QWEN3_5_TINY = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_conv_kernel_dim": 4,
+    "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+}
+
+
+def build_qwen3_5(tokenizer, seed: int = 0, *, hub_layout: bool = False, max_positions: int = 2048):
+    """A freshly initialized tiny Qwen3.5 for ``tokenizer``: real transformers classes at toy size, for
+    CPU tests of the architecture the GPU configs train.
+
+    ``hub_layout=False``: a ``Qwen3_5ForCausalLM`` (text only, weights ``model.layers.*``).
+    ``hub_layout=True``: a ``Qwen3_5ForConditionalGeneration`` with a one-block vision tower, saved as the
+    hub checkpoints are (``architectures: [Qwen3_5ForConditionalGeneration]``, weights
+    ``model.language_model.*``, ``model.visual.*``); ``AutoModelForCausalLM`` loads its text part.
+    """
+    from transformers import GenerationConfig, Qwen3_5TextConfig
+
+    text = dict(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=max_positions,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+        **QWEN3_5_TINY,
+    )
+    torch.manual_seed(seed)
+    if hub_layout:
+        from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+        vision = dict(
+            depth=1,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            out_hidden_size=text["hidden_size"],
+            num_position_embeddings=16,
+            patch_size=4,
+        )
+        config = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=True)
+        model = Qwen3_5ForConditionalGeneration(config)
+    else:
+        from transformers import Qwen3_5ForCausalLM
+
+        model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**text))
+    end = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    model.generation_config = GenerationConfig(eos_token_id=end, pad_token_id=tokenizer.pad_token_id)
+    return model

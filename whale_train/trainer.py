@@ -39,7 +39,7 @@ import yaml
 from harnesses.loader import HarnessRef, load_harness
 from whale_train import distributed
 from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
-from whale_train.rsft import RSFT, RSFTConfig
+from whale_train.rsft import RSFT, ModelFailure, RSFTConfig, check_model
 from whale_train.schedule import METHODS, Decision, RunState, ScheduleConfig, make_schedule
 from whale_train.tracking import Tracker, event_metrics, parse_report_to
 
@@ -115,6 +115,19 @@ class TrainConfig:
             raise ValueError(
                 "data_parallel_size > 1: run `vllm serve --data-parallel-size N` (or N servers) and the openai "
                 "backend with their base_url(s), comma-separated; see docs/SCALING.md"
+            )
+        if (
+            self.backend == "openai"
+            and self.method != "harness-only"
+            and "weight_sync" not in self.backend_options
+        ):
+            # A plain server's weights cannot be trained from here: RSFT trains a module in this process, and
+            # only vllm serve replicas joined through backend_options.weight_sync take its weights back.
+            raise ValueError(
+                f"backend 'openai' serves a model this process cannot train, and method {self.method!r} has "
+                "weight phases: use backend 'vllm' (in-process engine, trained weights pushed into it) or "
+                "'transformers', method 'harness-only', or vllm serve replicas with backend_options.weight_sync "
+                "(docs/TRAINING.md server mode, docs/SCALING.md)"
             )
         self.schedule.validate()
         self.rsft.validate()
@@ -465,7 +478,7 @@ class Run:
             if isinstance(self.rsft.trainer, distributed.DistributedTrainer):
                 self.rsft.trainer.load(self.dir / "checkpoints" / state["resume_from"])
             if hasattr(self.llm, "load_weights"):  # vLLM: the engine gets the restored weights
-                self.llm.load_weights(self.rsft.trainer.model.named_parameters())
+                self.rsft.push()
         self.llm.version = state["model_version"]
         if state["harness"] != self.harness.name:
             self.harness = self._search().incumbent
@@ -506,6 +519,7 @@ class Run:
                 progress=lambda _t: advance(),
             )
         stop_if_interrupted()
+        check_model(trajs, f"the evaluation of model v{version}")
         summary = summarize(trajs)
         result = {
             k: summary[k]
@@ -843,6 +857,12 @@ def cmd_train(args) -> int:
             ) from None
         except ImportError as exc:  # a tracker asked for in report_to is not installed
             raise CLIError(str(exc)) from None
+        except ModelFailure as exc:
+            console.print(
+                f"[red]error:[/] {exc} (the run stopped; --resume continues it once the model works)",
+                highlight=False,
+            )
+            return 1
     finally:
         if distributed.world()[1] > 1:
             distributed.stop_followers()

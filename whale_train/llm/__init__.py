@@ -10,6 +10,18 @@ from whale_train.llm.base import LLM, Completion, Prompt, Request, SamplingParam
 
 BACKENDS = ("transformers", "openai", "vllm")
 
+#: Engine options only the vllm backend has: a config written for vLLM (configs/gpu) also runs with
+#: ``backend: transformers``, which ignores them.
+VLLM_ONLY = {
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "max_model_len",
+    "batch_invariant",
+    "multiprocess",
+    "tensor_parallel_size",
+    "enforce_eager",
+}
+
 #: Where the shipped tiny model lives (``whale pretrain`` writes it; see docs/MODEL_CARD.md).
 SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "models" / "tiny"
 
@@ -46,6 +58,7 @@ def load_llm(backend: str = "transformers", model: str | None = None, **kwargs: 
         return VLLMLLM(model, **kwargs)
     from whale_train.llm.hf import TransformersLLM
 
+    kwargs = {k: v for k, v in kwargs.items() if k not in VLLM_ONLY}
     try:
         return TransformersLLM(model, **kwargs)
     except OSError as exc:

@@ -101,3 +101,12 @@ def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
     """Cut ``text`` before the earliest stop string; return (text, whether one was found)."""
     cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def fit_prompt(ids: list[int], max_tokens: int, limit: int) -> list[int]:
+    """The prompt ids that fit a context of ``limit`` positions with room for ``max_tokens`` new ones:
+    an over-long prompt keeps its end (where the question and the latest turns are). Every local backend
+    applies this one rule (transformers: ``max_position_embeddings``; vLLM: ``max_model_len``), so a long
+    prompt is cut the same way whichever backend runs it; at least one prompt token is kept."""
+    room = max(1, limit - max_tokens)
+    return list(ids[-room:]) if len(ids) > room else list(ids)

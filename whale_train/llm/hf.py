@@ -3,19 +3,21 @@
 A small sampling loop over the model's forward pass instead of ``generate()``, for three reasons:
 every row samples from its own ``torch.Generator`` seeded by its request (a rollout does not depend on
 its batch mates), rows have their own temperature / top-p / max_tokens / stop strings, and finished
-rows leave the batch (the KV cache is compacted) so one long completion does not slow the rest down.
+rows leave the batch (the cache is compacted, hybrid linear-attention caches included) so one long
+completion does not slow the rest down. Over-long prompts keep their end (``base.fit_prompt``).
 Prompts are left-padded; positions come from the attention mask.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from whale_train.llm.base import Completion, Prompt, Request, cut_at_stop
+from whale_train.llm.base import Completion, Prompt, Request, cut_at_stop, fit_prompt
 
 
 class TransformersLLM:
@@ -26,6 +28,8 @@ class TransformersLLM:
         tokenizer: a loaded tokenizer (default: loaded from ``model``).
         max_batch_size: most sequences in one forward pass.
         device, dtype: where and in which precision to run (default: CPU, float32).
+        chat_template_kwargs: passed to the chat template (Qwen3.5: ``{"enable_thinking": False}``, or its
+            template opens a thinking block in every reply).
     """
 
     def __init__(
@@ -37,11 +41,14 @@ class TransformersLLM:
         device: str | None = None,
         dtype: torch.dtype | None = None,
         name: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # no per-shard bars in the middle of our own progress output
+        if isinstance(dtype, str):  # from a YAML config: "bfloat16", "float32"
+            dtype = getattr(torch, dtype)
         if isinstance(model, str | Path):
             path = str(model)
             self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
@@ -57,11 +64,26 @@ class TransformersLLM:
         self.model.to(self.device)
         self.model.eval()
         self.max_batch_size = max_batch_size
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.version = 0
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
-        self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 4096))
+        text_config = (
+            self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else None
+        )
+        self.max_positions = int(getattr(text_config or self.model.config, "max_position_embeddings", 4096))
+        self._cache_arg = cache_argument(self.model)
+        self.compactable = self._probe_cache()
+
+    @torch.inference_mode()
+    def _probe_cache(self) -> bool:
+        """Whether this model's cache can select batch rows (``reorder_cache``: every cache class of
+        transformers, hybrid linear-attention ones included). A model whose cache cannot (a remote-code
+        model with a cache of its own) is sampled without compaction: finished rows stay in the batch."""
+        ids = torch.tensor([[self.pad_id]], device=self.device)
+        cache = _out_cache(self.model(input_ids=ids, use_cache=True, logits_to_keep=1))
+        return cache is not None and callable(getattr(cache, "reorder_cache", None))
 
     # ------------------------------------------------------------------------------ prompts
 
@@ -75,7 +97,9 @@ class TransformersLLM:
             return prompt
         if not self.has_chat_template:
             raise ValueError(f"{self.name} has no chat template: pass the prompt as plain text")
-        return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(
+            prompt, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -89,9 +113,7 @@ class TransformersLLM:
         for i, req in enumerate(requests):
             text = self.render(req.prompt)
             ids = self.encode(text)
-            room = self.max_positions - req.params.max_tokens
-            if len(ids) > room:  # keep the end of an over-long prompt
-                ids = ids[-room:]
+            ids = fit_prompt(ids, req.params.max_tokens, self.max_positions)
             prepared.append((i, text, ids))
         prepared.sort(key=lambda p: len(p[2]))  # similar lengths share a batch: less padding
         for start in range(0, len(prepared), self.max_batch_size):
@@ -117,10 +139,15 @@ class TransformersLLM:
 
     def _sample(self, batch: list[tuple[list[int], Request]]) -> list[tuple[list[int], str]]:
         n = len(batch)
+        compact = self.compactable
         # Identical prompts (a vote's n samples, retries) are encoded once; the cache is then copied.
+        # Without row selection in the cache (see ``compactable``) every row is encoded on its own.
         unique: dict[tuple[int, ...], int] = {}
-        row_of = [unique.setdefault(tuple(ids), len(unique)) for ids, _ in batch]
-        prompts = list(unique)
+        if compact:
+            row_of = [unique.setdefault(tuple(ids), len(unique)) for ids, _ in batch]
+            prompts = list(unique)
+        else:
+            row_of, prompts = list(range(n)), [tuple(ids) for ids, _ in batch]
         width = max(len(ids) for ids in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -133,29 +160,33 @@ class TransformersLLM:
         top_ps = torch.tensor([req.params.top_p for req in reqs], dtype=torch.float32)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         finish = ["length"] * n
-        active = list(range(n))  # original row index of each row still in the batch
+        active = list(range(n))  # original row index of each row still being sampled
+        rows = list(
+            range(n)
+        )  # original row index of each row of the batch (finished rows stay without compaction)
 
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(
             input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
         )
-        cache = out.cache
+        cache = _out_cache(out)
         logits = out.logits[:, -1, :].float().cpu()
         if len(prompts) < n:
             expand = torch.tensor(row_of)
-            cache.batch_select_indices(expand.to(self.device))
+            select_rows(cache, expand.to(self.device))
             mask, positions, logits = (
                 mask[expand.to(self.device)],
                 positions[expand.to(self.device)],
                 logits[expand],
             )
+        tokens = torch.full((n,), self.pad_id, dtype=torch.long)
         while active:
-            sel = torch.tensor(active)
-            tokens = _draw(logits, temps[sel], top_ps[sel], [gens[r] for r in active])
+            at = [rows.index(r) for r in active] if not compact else list(range(len(active)))
+            drawn = _draw(logits[at], temps[active], top_ps[active], [gens[r] for r in active])
             keep = []
             for j, r in enumerate(active):
-                tok = int(tokens[j])
+                tok = int(drawn[j])
                 out_ids[r].append(tok)
                 params = reqs[r].params
                 if tok in self.eos_ids or (params.stop and self._hit_stop(out_ids[r], params.stop)):
@@ -164,23 +195,28 @@ class TransformersLLM:
                     keep.append(j)
             if not keep:
                 break
-            if len(keep) < len(active):
-                idx = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(idx)
-                mask, positions, tokens = mask[idx], positions[idx], tokens[keep]
+            if compact:
+                tokens = drawn
+                if len(keep) < len(active):
+                    idx = torch.tensor(keep, device=self.device)
+                    select_rows(cache, idx)
+                    mask, positions, tokens = mask[idx], positions[idx], drawn[keep]
+                    rows = [active[j] for j in keep]
                 active = [active[j] for j in keep]
-            mask = torch.cat(
-                [mask, torch.ones((len(active), 1), dtype=mask.dtype, device=self.device)], dim=1
-            )
+            else:  # finished rows stay in the batch and are fed padding; their outputs are ignored
+                tokens = tokens.clone()
+                tokens[at] = drawn
+                active = [active[j] for j in keep]
+            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)], dim=1)
             positions = positions[:, -1:] + 1
             out = self.model(
                 input_ids=tokens.view(-1, 1).to(self.device),
                 attention_mask=mask,
                 position_ids=positions,
-                cache=cache,
                 use_cache=True,
+                **{self._cache_arg: cache},
             )
-            cache = out.cache
+            cache = _out_cache(out)
             logits = out.logits[:, -1, :].float().cpu()
         return list(zip(out_ids, finish, strict=True))
 
@@ -247,6 +283,27 @@ def _draw(
     u = torch.stack([torch.rand((), generator=g) for g in gens]).unsqueeze(1) * cdf[:, -1:]
     sampled = torch.searchsorted(cdf, u).squeeze(1).clamp(max=logits.shape[-1] - 1)
     return torch.where(temps == 0, greedy, sampled)
+
+
+def cache_argument(model: Any) -> str:
+    """The name of the forward pass's cache argument: ``cache`` from transformers 5.23 on
+    (``past_key_values`` is a deprecated alias there), ``past_key_values`` before (5.20: what vLLM allows)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _out_cache(out: Any) -> Any:
+    """The cache a forward pass returned (``out.cache`` from transformers 5.23 on, ``past_key_values`` before)."""
+    cache = out.get("cache")
+    return cache if cache is not None else out.get("past_key_values")
+
+
+def select_rows(cache: Any, rows: torch.Tensor) -> None:
+    """Keep (or repeat) batch rows ``rows`` of ``cache`` in place. ``reorder_cache`` selects along the batch
+    dimension in every layer type, linear-attention conv and recurrent states included;
+    ``batch_select_indices`` does not exist on linear-attention layers, and a hybrid layer inherits the
+    key/value-only one of ``DynamicLayer`` (it would leave the recurrent states of dropped rows behind)."""
+    cache.reorder_cache(rows)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -1,18 +1,32 @@
 """vLLM in-process, for GPUs (``pip install 'whale-harness[gpu]'``). Import-guarded: nothing here runs on a CPU.
 
 Each request becomes its own ``SamplingParams`` with its seed, so rollouts are reproducible as with the
-transformers backend. ``load_weights`` pushes a trained model's weights into the running engine
-(no round trip through disk), which is what the trainer calls after an RSFT step. It is exercised by
-``benchmarks/gpu_check.sh`` on a GPU machine.
+transformers backend. Prompts longer than the engine's ``max_model_len`` allows are cut with the
+transformers backend's rule (``base.fit_prompt``), and a batch that vLLM still refuses is retried one
+request at a time, so a bad request fails its episode only.
+
+``load_weights`` pushes a trained model's weights into the running engine (no round trip through
+disk), which is what the trainer calls after an RSFT step: LoRA merged, names mapped onto the engine's
+checkpoint (``weights.py``: a ``Qwen3_5ForCausalLM`` training copy into the ``Qwen3_5ForConditionalGeneration``
+engine the hub checkpoints declare), each tensor checked against it, then loaded through vLLM 0.33's
+worker method ``reload_weights`` (``collective_rpc``), which works in-process and for multiprocess /
+tensor-parallel engines alike (every worker loads its shard through the model's own weight loaders).
+Exercised by ``benchmarks/gpu_check.sh`` on a GPU and, against a fake engine that enforces vLLM's rules,
+by tests/test_vllm_push.py on a CPU.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-from whale_train.llm.base import Completion, Prompt, Request, cut_at_stop
+from whale_train.llm.base import Completion, Prompt, Request, cut_at_stop, fit_prompt
+from whale_train.llm.weights import check_push, checkpoint_tensors, engine_names
+
+#: The vLLM release the ``gpu`` extra pins and this module is written against.
+VLLM_VERSION = "0.33.0"
 
 
 def vllm_available() -> bool:
@@ -24,28 +38,70 @@ def vllm_available() -> bool:
     return torch.cuda.is_available()
 
 
+def model_files(model: str) -> Path:
+    """The local directory of ``model`` (a directory, or a hub id already in the Hugging Face cache)."""
+    if Path(model).is_dir():
+        return Path(model)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(model, local_files_only=True))
+
+
 class VLLMLLM:
     """``LLM`` over an in-process ``vllm.LLM`` engine.
 
     Args:
         model: a local directory or hub id.
-        engine_kwargs: passed to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``, ``dtype``, ``max_model_len``).
+        chat_template_kwargs: passed to the chat template (Qwen3.5: ``{"enable_thinking": False}``, or
+            its template opens a thinking block in every reply).
+        batch_invariant: run vLLM in batch-invariant mode (``VLLM_BATCH_INVARIANT=1``): a request's output
+            does not depend on its batch mates, so rollouts repeat exactly (slower kernels).
+        multiprocess: run the engine core in its own process (needed for tensor parallelism). Default:
+            ``VLLM_ENABLE_V1_MULTIPROCESSING`` if set, else off, so the engine shares this process (and
+            GPU memory accounting) with the training copy.
+        engine_kwargs: passed to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``, ``dtype``, ``max_model_len``,
+            ``tensor_parallel_size``). ``dtype`` defaults to vLLM's ``auto`` (a float32 checkpoint runs in
+            bfloat16 then); give ``dtype: float32`` for a like-for-like parity check.
     """
 
-    def __init__(self, model: str, **engine_kwargs: Any):
+    def __init__(
+        self,
+        model: str,
+        *,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        batch_invariant: bool = False,
+        multiprocess: bool | None = None,
+        **engine_kwargs: Any,
+    ):
         if not vllm_available():
             raise RuntimeError(
                 "the vllm backend needs a CUDA GPU and `pip install 'whale-harness[gpu]'` (vllm)"
             )
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the model in this process
+        if multiprocess is not None:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if batch_invariant:
+            os.environ["VLLM_BATCH_INVARIANT"] = "1"
         from vllm import LLM
 
         engine_kwargs.setdefault("gpu_memory_utilization", 0.4)
         engine_kwargs.setdefault("enable_prefix_caching", True)
         self.engine = LLM(model=model, **engine_kwargs)
-        self.tokenizer = self.engine.get_tokenizer()
+        files = model_files(model)
+        # A transformers tokenizer of the same files: prompts are encoded here (the engine gets token ids),
+        # and RSFT's SFTTrainer needs a transformers tokenizer.
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(files))
         self.name = model
         self.version = 0
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        config = getattr(self.engine, "model_config", None) or self.engine.llm_engine.model_config
+        self.max_model_len = int(config.max_model_len)
+        self.dtype = getattr(config, "dtype", None)
+        hf = json_file(files / "config.json")
+        self.architecture = (hf.get("architectures") or [""])[0]
+        self.checkpoint = checkpoint_tensors(files)  # what the engine loaded: each push is checked against it
 
     @property
     def has_chat_template(self) -> bool:
@@ -54,22 +110,32 @@ class VLLMLLM:
     def render(self, prompt: Prompt) -> str:
         if isinstance(prompt, str):
             return prompt
-        return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(
+            prompt, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def complete(self, requests: list[Request]) -> list[Completion]:
         from vllm import SamplingParams
 
         texts = [self.render(r.prompt) for r in requests]
-        ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        # vLLM rejects the whole generate() call if one prompt leaves no room (input_processor.py,
+        # _validate_prompt_len): cut over-long prompts as the transformers backend does.
+        ids = [
+            fit_prompt(self.encode(t), r.params.max_tokens, self.max_model_len)
+            for t, r in zip(texts, requests, strict=True)
+        ]
         params = [
             SamplingParams(
                 temperature=r.params.temperature,
                 top_p=r.params.top_p,
-                max_tokens=r.params.max_tokens,
+                max_tokens=min(r.params.max_tokens, max(1, self.max_model_len - len(i))),
                 stop=list(r.params.stop) or None,
                 seed=int(r.seed % 2**31),
             )
-            for r in requests
+            for r, i in zip(requests, ids, strict=True)
         ]
         outs = self.engine.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=False)
         results = []
@@ -93,8 +159,8 @@ class VLLMLLM:
         from vllm import SamplingParams
 
         text = self.render(prompt)
-        pids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        conts = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in continuations]
+        pids = self.encode(text)
+        conts = [self.encode(c) for c in continuations]
         sp = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0)
         outs = self.engine.generate([{"prompt_token_ids": pids + c} for c in conts], sp, use_tqdm=False)
         results = []
@@ -111,15 +177,38 @@ class VLLMLLM:
         return results
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
-        """Copy trained weights into the engine in place (no disk), then drop cached prefixes."""
-        weights = list(named_tensors)
-        engine = self.engine.llm_engine
-        try:  # single-process engine: reach the model directly (as TRL's colocate mode does)
-            runner = engine.model_executor.driver_worker.worker.model_runner
-            runner.model.load_weights(weights)
-        except AttributeError:
-            engine.collective_rpc("load_weights", kwargs={"weights": weights})
+        """Copy trained weights into the engine in place (no disk), then drop cached prefixes.
+
+        ``named_tensors``: ``(name, tensor)`` in the training model's naming with LoRA merged
+        (``weights.trained_weights``). They are renamed into the engine checkpoint's naming and checked
+        against it (``WeightPushError`` names the first that does not fit), then loaded by every worker
+        through ``reload_weights`` (vllm/v1/worker/gpu_worker.py, ``Worker.reload_weights`` ->
+        ``GPUModelRunner.reload_weights`` -> the model's ``load_weights``, which shards for tensor
+        parallelism). Tensors go in the engine's dtype; to a multiprocess engine as CPU tensors, since
+        they travel to the workers serialized."""
+        import torch
+
+        weights = check_push(
+            engine_names(named_tensors, self.architecture), self.checkpoint, self.architecture
+        )
+        in_process = hasattr(self.engine.llm_engine, "model_executor")  # vllm/v1/engine/llm_engine.py
+        dtype = self.dtype if isinstance(self.dtype, torch.dtype) else None
+        # In the engine's dtype (float32 master weights into a bf16 engine: vLLM's loader would warn per
+        # tensor); across a process boundary as CPU tensors (msgpack serializes host memory).
+        device = None if in_process else "cpu"
+        weights = [
+            (n, t.to(device=device or t.device, dtype=dtype or t.dtype).contiguous()) for n, t in weights
+        ]
+        self.engine.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+        )
         reset = getattr(self.engine, "reset_prefix_cache", None)
         if reset is not None:
             reset()
         self.version += 1
+
+
+def json_file(path: Path) -> dict[str, Any]:
+    import json
+
+    return json.loads(path.read_text()) if path.exists() else {}

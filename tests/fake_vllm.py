@@ -1,0 +1,289 @@
+"""A stand-in for the ``vllm`` package (release 0.33.0) in CPU tests: the boundary we do not own.
+
+It samples with a real transformers model loaded from the same directory, and it enforces the rules
+of vLLM 0.33.0 that WHALE relies on, each mirroring the vLLM source named here:
+
+- The engine builds the class named by ``architectures`` in config.json and loads weights by that
+  class's ``hf_to_vllm_mapper`` (prefix rules), then ``AutoWeightsLoader`` raises ``ValueError`` for a
+  name that is no module or parameter of the model (vllm/model_executor/models/utils.py,
+  ``AutoWeightsLoader._load_module``; a ``None`` mapping drops the weight, ``WeightsMapper._map_name_with_shard``):
+  - ``Qwen3_5ForConditionalGeneration`` (vllm/model_executor/models/qwen3_5.py, mapper of
+    ``Qwen3VLForConditionalGeneration`` in qwen3_vl.py | ``{"mtp.": None}``): ``model.visual.`` ->
+    ``visual.``, ``lm_head.`` -> ``language_model.lm_head.``, ``model.language_model.`` ->
+    ``language_model.model.``; the text model lives under ``language_model.``.
+  - ``Qwen3_5ForCausalLM`` (qwen3_5.py, ``Qwen3_5ForCausalLMBase.hf_to_vllm_mapper``):
+    ``model.language_model.`` -> ``model.``, ``mtp.`` dropped.
+  - ``Qwen3ForCausalLM`` (qwen3.py): names as in the checkpoint.
+  (The stacking of q/k/v and gate/up into fused parameters happens below these names and is not
+  modelled: a name that reaches the text model's module tree is taken to load.)
+- ``collective_rpc(name)`` runs a worker method by name; a name the worker does not have raises
+  ``NotImplementedError`` (vllm/v1/serial_utils.py, ``run_method``). ``WORKER_METHODS`` lists the
+  public methods of ``Worker`` (vllm/v1/worker/gpu_worker.py) and ``WorkerBase`` (worker_base.py).
+  ``reload_weights(weights_iterator, is_checkpoint_format=True)`` loads through the model's
+  ``load_weights`` (gpu_model_runner.py ``reload_weights`` -> model_loader/reload/inplace.py).
+- Multiprocess engine (``VLLM_ENABLE_V1_MULTIPROCESSING=1``, vLLM's default): ``LLM.llm_engine`` has no
+  ``model_executor`` (vllm/v1/engine/llm_engine.py sets it only when not multiprocess), and RPC
+  arguments are serialized with msgpack (serial_utils.py ``MsgpackEncoder``): a tensor goes through
+  ``tensor.numpy()``, which refuses a tensor that requires grad, and a generator cannot be encoded.
+- ``generate()`` validates every prompt before running any (vllm/v1/engine/input_processor.py,
+  ``_validate_prompt_len``): an empty prompt, or one of ``max_model_len`` tokens or more, fails the
+  whole call with ``VLLMValidationError`` (a ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+WORKER_METHODS = {
+    # vllm/v1/worker/gpu_worker.py (Worker), 0.33.0
+    "wait_for_comm", "sleep", "wake_up", "discard", "checkpoint_prepare", "checkpoint_restore",
+    "compute_weight_checksums", "reset_weights", "init_device", "handle_ft_command", "load_model",
+    "update_config", "reload_weights", "determine_available_memory", "get_kv_connector_handshake_metadata",
+    "get_kv_cache_spec", "update_max_model_len", "initialize_from_config", "compile_or_warm_up_model",
+    "reset_mm_cache", "reset_encoder_cache", "get_model", "get_draft_model", "supports_draft_weight_updates",
+    "get_supported_tasks", "sample_tokens", "execute_model", "take_draft_token_ids", "profile",
+    "execute_dummy_batch", "add_lora", "remove_lora", "list_loras", "pin_lora", "check_health",
+    "save_sharded_state", "save_tensorized_model", "init_weight_transfer_engine",
+    "shutdown_weight_transfer_engine", "start_weight_update", "start_draft_weight_update",
+    "update_weights", "finish_weight_update", "shutdown",
+    # vllm/v1/worker/worker_base.py (WorkerBase)
+    "apply_model", "get_model_inspection",
+}  # fmt: skip
+
+MAPPERS: dict[str, dict[str, str | None]] = {
+    "Qwen3_5ForConditionalGeneration": {
+        "model.visual.": "visual.",
+        "lm_head.": "language_model.lm_head.",
+        "model.language_model.": "language_model.model.",
+        "mtp.": None,
+    },
+    "Qwen3_5ForCausalLM": {"model.language_model.": "model.", "mtp.": None},
+    "Qwen3ForCausalLM": {},
+}
+#: Where each engine class keeps the text model's parameters.
+TEXT_PREFIX = {"Qwen3_5ForConditionalGeneration": "language_model."}
+
+
+class VLLMValidationError(ValueError):
+    pass
+
+
+class FakeEngineModel:
+    """The model inside the engine: vLLM parameter names over a real transformers text model."""
+
+    def __init__(self, architecture: str, text_model: Any, checkpoint: dict[str, tuple[int, ...]]):
+        if architecture not in MAPPERS:
+            raise ValueError(f"the fake engine does not model {architecture}")
+        self.architecture = architecture
+        prefix = TEXT_PREFIX.get(architecture, "")
+        self.params: dict[str, torch.Tensor] = {prefix + n: p for n, p in text_model.named_parameters()}
+        for name, shape in checkpoint.items():  # the vision tower: in the engine, not in the sampler
+            mapped = self.map_name(name)
+            if mapped is not None and mapped.startswith("visual."):
+                self.params[mapped] = torch.zeros(shape)
+        self.loads: list[set[str]] = []
+
+    def map_name(self, name: str) -> str | None:
+        for prefix, new in MAPPERS[self.architecture].items():
+            if name.startswith(prefix):
+                return None if new is None else new + name[len(prefix) :]
+        return name
+
+    def named_parameters(self):
+        return iter(self.params.items())
+
+    def load_weights(self, weights) -> set[str]:
+        loaded = set()
+        for name, tensor in weights:
+            mapped = self.map_name(name)
+            if mapped is None:
+                continue
+            if mapped not in self.params:
+                raise ValueError(
+                    f"There is no module or parameter named {mapped!r} in {self.architecture}. "
+                    f"The available parameters are: {sorted(self.params)[:4]}..."
+                )
+            param = self.params[mapped]
+            if tuple(param.shape) != tuple(tensor.shape):
+                raise ValueError(
+                    f"shape mismatch for {mapped}: {tuple(param.shape)} vs {tuple(tensor.shape)}"
+                )
+            with torch.no_grad():
+                param.copy_(tensor.to(param.device, param.dtype))
+            loaded.add(mapped)
+        self.loads.append(loaded)
+        return loaded
+
+
+class _Worker:
+    def __init__(self, model: FakeEngineModel):
+        self.model = model
+
+    def reload_weights(self, weights_iterator=None, weights_path=None, is_checkpoint_format=True):
+        assert is_checkpoint_format, "the fake models checkpoint-format reloads only"
+        self.model.load_weights(weights_iterator)
+
+    def apply_model(self, fn):
+        return fn(self.model)
+
+
+def _msgpack_check(value: Any) -> None:
+    """What vLLM's MsgpackEncoder can send to a worker process (serial_utils.py)."""
+    if isinstance(value, torch.Tensor):
+        if value.requires_grad:
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+            )
+        return
+    if isinstance(value, list | tuple):
+        for v in value:
+            _msgpack_check(v)
+        return
+    if isinstance(value, dict):
+        for v in value.values():
+            _msgpack_check(v)
+        return
+    if value is None or isinstance(value, str | int | float | bool | bytes):
+        return
+    raise TypeError(f"can not serialize {type(value).__name__!r} object")
+
+
+class SamplingParams:
+    def __init__(self, temperature=1.0, top_p=1.0, max_tokens=16, stop=None, seed=None, prompt_logprobs=None):
+        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.stop, self.seed, self.prompt_logprobs = stop, seed, prompt_logprobs
+
+
+ENGINE_ARGS = {
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "max_model_len",
+    "dtype",
+    "tensor_parallel_size",
+}
+
+
+class LLM:
+    """``vllm.LLM``: builds the engine model from ``model``'s config.json and samples with it."""
+
+    instances: list[LLM] = []
+
+    def __init__(self, model: str, **engine_args: Any):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from whale_train.llm.hf import TransformersLLM
+        from whale_train.llm.weights import checkpoint_tensors
+
+        unknown = set(engine_args) - ENGINE_ARGS
+        if unknown:  # vllm.LLM passes these to EngineArgs, which has no such fields
+            raise TypeError(f"EngineArgs.__init__() got unexpected keyword arguments {sorted(unknown)}")
+        config = json.loads((Path(model) / "config.json").read_text())
+        self.architecture = config["architectures"][0]
+        text = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        self.sampler = TransformersLLM(text, self.tokenizer)
+        self.model = FakeEngineModel(self.architecture, text, checkpoint_tensors(model))
+        self.multiprocess = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "1"
+        max_len = int(engine_args.get("max_model_len") or text.config.max_position_embeddings)
+        self.model_config = types.SimpleNamespace(
+            max_model_len=max_len, dtype=torch.float32, runner_type="generate"
+        )
+        # LLM.collective_rpc forwards to LLMEngine.collective_rpc (vllm/v1/engine/llm_engine.py)
+        self.llm_engine = types.SimpleNamespace(
+            model_config=self.model_config, collective_rpc=self.collective_rpc
+        )
+        if not self.multiprocess:
+            worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(model=self.model))
+            self.llm_engine.model_executor = types.SimpleNamespace(
+                driver_worker=types.SimpleNamespace(worker=worker)
+            )
+        self._worker = _Worker(self.model)
+        self.rpcs: list[str] = []
+        self.prefix_resets = 0
+        LLM.instances.append(self)
+
+    def get_tokenizer(self):
+        return self.tokenizer
+
+    def reset_prefix_cache(self) -> bool:
+        self.prefix_resets += 1
+        return True
+
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not isinstance(method, str) or method not in WORKER_METHODS:
+            raise NotImplementedError(f"Method {method!r} is not implemented.")
+        if self.multiprocess:
+            _msgpack_check(list(args))
+            _msgpack_check(kwargs)
+        self.rpcs.append(method)
+        return [getattr(self._worker, method)(*args, **kwargs)]
+
+    def generate(self, prompts, sampling_params, use_tqdm=True):
+        from whale_train.llm.base import Request
+        from whale_train.llm.base import SamplingParams as WhaleParams
+
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        limit = self.model_config.max_model_len
+        for p in prompts:  # every prompt is validated before any runs
+            n = len(p["prompt_token_ids"])
+            if n == 0:
+                raise VLLMValidationError("The decoder prompt cannot be empty")
+            if n >= limit:
+                raise VLLMValidationError(
+                    f"The decoder prompt (length {n}) is longer than the maximum model length of {limit}."
+                )
+        outs: list[Any] = [None] * len(prompts)
+        batch, where = [], []
+        for i, (p, sp) in enumerate(zip(prompts, params, strict=True)):
+            ids = list(p["prompt_token_ids"])
+            if sp.prompt_logprobs is not None:
+                outs[i] = self._prompt_logprobs(ids)
+                continue
+            wp = WhaleParams(temperature=sp.temperature, top_p=sp.top_p, max_tokens=sp.max_tokens)
+            batch.append((ids, Request("", wp, seed=sp.seed or 0)))
+            where.append(i)
+        sampled = self.sampler._sample(batch) if batch else []  # one batch; each row seeded by its request
+        for i, (ids, _), (new, finish) in zip(where, batch, sampled, strict=True):
+            body = [t for t in new if t not in self.sampler.eos_ids]
+            out = types.SimpleNamespace(
+                text=self.tokenizer.decode(body, skip_special_tokens=True),
+                token_ids=new,
+                finish_reason=finish,
+            )
+            outs[i] = types.SimpleNamespace(outputs=[out], prompt_token_ids=ids, prompt_logprobs=None)
+        return outs
+
+    @torch.inference_mode()
+    def _prompt_logprobs(self, ids: list[int]):
+        logits = self.sampler.model(input_ids=torch.tensor([ids])).logits[0].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        entries = [None] + [
+            {tok: types.SimpleNamespace(logprob=float(logp[i - 1, tok]))}
+            for i, tok in enumerate(ids)
+            if i > 0
+        ]
+        out = types.SimpleNamespace(text="", token_ids=[], finish_reason="length")
+        return types.SimpleNamespace(outputs=[out], prompt_token_ids=ids, prompt_logprobs=entries)
+
+
+def install(monkeypatch) -> types.ModuleType:
+    """Make ``import vllm`` give this fake, and the vllm backend believe a GPU is there."""
+    import sys
+
+    module = types.ModuleType("vllm")
+    module.LLM = LLM
+    module.SamplingParams = SamplingParams
+    module.__version__ = "0.33.0"
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    import whale_train.llm.vllm_backend as backend
+
+    monkeypatch.setattr(backend, "vllm_available", lambda: True)
+    LLM.instances.clear()
+    return module
