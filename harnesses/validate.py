@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import string
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +73,44 @@ FORBIDDEN_NAMES = frozenset(
         "__builtins__",
         "__loader__",
         "__spec__",
+        "dir",
+        # Run-time resolution of string annotations evaluates text with a module's globals.
+        "get_type_hints",
+        "ForwardRef",
+        "singledispatch",
+        "singledispatchmethod",
+        # Format-string field names (``"{0.attr}"``) are attribute access the AST cannot see.
+        "Formatter",
+    }
+)
+
+#: Attributes never allowed, on anything: computed attribute access, string-annotation evaluation,
+#: and the ways from a generator, coroutine, frame or traceback to a frame's globals.
+FORBIDDEN_ATTRS = FORBIDDEN_NAMES | frozenset(
+    {
+        "format_map",
+        "vformat",
+        "get_field",
+        "get_value",
+        "mro",
+        "gi_frame",
+        "gi_code",
+        "gi_yieldfrom",
+        "cr_frame",
+        "cr_code",
+        "cr_await",
+        "ag_frame",
+        "ag_code",
+        "ag_await",
+        "tb_frame",
+        "tb_next",
+        "f_back",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_code",
+        "co_consts",
+        "co_code",
     }
 )
 
@@ -156,18 +195,42 @@ def validate_source(source: str, filename: str = "<harness>") -> ValidationRepor
         elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             fail(node, f"{node.id!r} is not allowed in a harness")
         elif isinstance(node, ast.Attribute):
-            attr = node.attr
-            if attr.startswith("__") and attr.endswith("__") and attr not in ALLOWED_DUNDERS:
-                fail(node, f"the attribute {attr!r} is not allowed")
-            if attr.startswith("_") and not (
-                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
-            ):
-                fail(node, f"private attribute {attr!r} may only be used on self")
-            if attr in ("format_map", "mro", "gi_frame", "f_globals", "f_locals", "tb_frame", "cr_frame"):
-                fail(node, f"the attribute {attr!r} is not allowed")
+            _check_attr(
+                node, node.attr, isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"), fail
+            )
+            if node.attr == "format":
+                _check_format(node, fail)
+        elif isinstance(node, ast.MatchClass):  # ``case object(__class__=c)`` reads an attribute
+            for attr in node.kwd_attrs:
+                _check_attr(node, attr, False, fail)
         elif isinstance(node, ast.Global | ast.Nonlocal) and any(n in FORBIDDEN_NAMES for n in node.names):
             fail(node, "rebinding a forbidden name is not allowed")
+        elif isinstance(node, ast.alias) and (node.asname or node.name) in FORBIDDEN_NAMES:
+            fail(node, f"importing {node.name!r} is not allowed")
     return ValidationReport(_harness_class(tree, fail), tuple(dict.fromkeys(imports)))
+
+
+def _check_attr(node: ast.AST, attr: str, on_self: bool, fail) -> None:
+    if attr.startswith("__") and attr.endswith("__") and attr not in ALLOWED_DUNDERS:
+        fail(node, f"the attribute {attr!r} is not allowed")
+    if attr.startswith("_") and not on_self:
+        fail(node, f"private attribute {attr!r} may only be used on self")
+    if attr in FORBIDDEN_ATTRS:
+        fail(node, f"the attribute {attr!r} is not allowed")
+
+
+def _check_format(node: ast.Attribute, fail) -> None:
+    """``str.format`` only on a literal whose fields read no attribute: ``"{x.attr}"`` is a getattr the
+    AST cannot see, and a computed format string could spell any attribute."""
+    if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        fail(node, "'.format' is only allowed on a string literal (use an f-string)")
+    try:
+        fields = [f for _, f, spec, _ in string.Formatter().parse(node.value.value) for f in (f, spec) if f]
+    except ValueError as exc:
+        fail(node, f"malformed format string: {exc}")
+    for field in fields:
+        if "." in field or "{" in field:
+            fail(node, f"the format field {field!r} reads an attribute (use an f-string)")
 
 
 def _allowed() -> str:
@@ -257,6 +320,8 @@ def _module_view(name: str) -> types.ModuleType:
     names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
     for attr in names:
         value = getattr(module, attr, None)
+        if attr in FORBIDDEN_NAMES:
+            continue
         if value is not None and not isinstance(value, types.ModuleType):
             setattr(view, attr, value)
     return view

@@ -218,7 +218,15 @@ FALLBACK = Limits(wall_s=3.0, cpu_s=1, memory_mb=256, output_bytes=10_000, isola
 
 
 @pytest.mark.slow
-def test_fallback_still_enforces_time_memory_output_and_kills_the_group():
+def test_fallback_still_enforces_time_memory_output_and_kills_the_group(monkeypatch):
+    from whale_envs import sandbox
+
+    monkeypatch.setenv(sandbox.OPT_IN_ENV, "1")  # the fallback runs only under the explicit opt-in
+    problem = sandbox._root_problem("none")
+    if problem:  # as root with an interpreter an unprivileged uid cannot read: refused, never run as root
+        result = run_python("print('ran')", FALLBACK)
+        assert result.limit == "setup" and "never runs as uid 0" in result.error and not result.stdout
+        return
     assert run_python("while True: pass", FALLBACK).limit == "cpu"
     assert run_python("import time; time.sleep(60)", FALLBACK).limit == "wall"
     assert run_python("x = bytearray(600 * 2**20)", FALLBACK).limit == "memory"

@@ -175,40 +175,122 @@ _STATUS = {
 
 # ------------------------------------------------------------------------------------ isolation
 
+#: The explicit opt-in to run untrusted code without namespaces (the CLI's ``--allow-unisolated`` sets it).
+OPT_IN_ENV = "WHALE_ALLOW_UNISOLATED"
+OPT_IN_FLAG = "--allow-unisolated"
 
-@lru_cache(maxsize=1)
-def isolation_available() -> bool:
-    """Whether this machine can run code in namespaces (Linux, and unshare is permitted). Cached."""
+
+class IsolationUnavailable(RuntimeError):
+    """Untrusted code was about to run, namespaces are unavailable and the opt-in is not given."""
+
+
+def unisolated_opt_in() -> bool:
+    """Whether the user explicitly allowed untrusted code to run without namespaces."""
+    return os.environ.get(OPT_IN_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def allow_unisolated(allowed: bool = True) -> None:
+    """Set the opt-in for this process and its children (what ``--allow-unisolated`` does)."""
+    if allowed:
+        os.environ[OPT_IN_ENV] = "1"
+    else:
+        os.environ.pop(OPT_IN_ENV, None)
+
+
+_PROBES: dict[tuple, str | None] = {}
+
+
+def isolation_problem(site_packages: bool = True) -> str | None:
+    """Why untrusted code cannot run in namespaces here, or None when it can.
+
+    The probe runs the configuration that will actually be used (this interpreter, the same bind
+    mounts with or without the installed packages, the same uid switch) and checks that the code ran
+    jailed and not as uid 0. Cached per configuration.
+    """
     if not sys.platform.startswith("linux"):
-        return False
-    result = _run(
-        "import sys; sys.stdout.write('ok')",
-        Limits(wall_s=30, cpu_s=10, isolation="namespaces"),
-        probing=True,
+        return f"Linux namespaces are not available on {sys.platform}"
+    key = (_boot_python(), site_packages, tuple(_site_dirs()) if site_packages else (), os.geteuid())
+    if key not in _PROBES:
+        _PROBES[key] = _probe(site_packages)
+    return _PROBES[key]
+
+
+def _probe(site_packages: bool) -> str | None:
+    code = "import os, sys; sys.stdout.write('ok %d %d' % (os.getuid(), os.path.exists('/etc/passwd')))"
+    limits = Limits(wall_s=30, cpu_s=10, isolation="namespaces", site_packages=site_packages)
+    result = _run(code, limits, isolation="namespaces", probing=True)
+    if result.limit == "setup":
+        return f"the sandbox cannot be built here: {result.error}"
+    if result.exit_code != 0 or not result.stdout.startswith("ok "):
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
+        return f"the sandboxed probe did not run: {detail[0][:300]}"
+    _, uid, etc = result.stdout.split()
+    if os.geteuid() == 0 and uid == "0":
+        return "the sandboxed probe ran as uid 0"
+    if etc != "0":
+        return "the sandboxed probe could see the host's /etc"
+    return None
+
+
+def isolation_available(site_packages: bool = True) -> bool:
+    """Whether untrusted code runs in namespaces here (see :func:`isolation_problem` for why not)."""
+    return isolation_problem(site_packages) is None
+
+
+def refusal(problem: str, what: str = "untrusted code") -> str:
+    """The one-line error for a refused unisolated run: the cause and the opt-in."""
+    return (
+        f"refusing to run {what} without isolation: {problem}. To run it anyway with resource limits "
+        f"only (no network or file-system isolation), pass {OPT_IN_FLAG} or set {OPT_IN_ENV}=1"
     )
-    return result.exit_code == 0 and result.stdout == "ok"
+
+
+def require_isolation(what: str = "untrusted code", *, site_packages: bool = True) -> str:
+    """The isolation ``what`` will run under: ``"namespaces"``, or ``"none (opt-in)"`` when the user
+    opted in; raises :class:`IsolationUnavailable` (cause + opt-in) otherwise."""
+    problem = isolation_problem(site_packages)
+    if problem is None:
+        return "namespaces"
+    if unisolated_opt_in():
+        return UNISOLATED_LABEL
+    raise IsolationUnavailable(refusal(problem, what))
+
+
+#: How a run under the opt-in is labelled in results.json, the ledger and the report.
+UNISOLATED_LABEL = f"none (unisolated by opt-in {OPT_IN_ENV})"
+
+
+def isolation_label(site_packages: bool = True) -> str:
+    """``"namespaces"``, :data:`UNISOLATED_LABEL` (a run under the opt-in), or ``"unavailable"``."""
+    if isolation_problem(site_packages) is None:
+        return "namespaces"
+    return UNISOLATED_LABEL if unisolated_opt_in() else "unavailable"
 
 
 _WARNED = False
 
 
-def _choose_isolation(limits: Limits) -> str:
+def _choose_isolation(limits: Limits) -> tuple[str, str | None]:
+    """(isolation to use, None) or ("unavailable", why): fails closed unless the user opted in."""
     global _WARNED
     if limits.isolation == "none":
-        return "none"
-    if isolation_available():
-        return "namespaces"
-    if limits.isolation == "namespaces":
-        return "unavailable"
+        if unisolated_opt_in():
+            return "none", None
+        return "unavailable", refusal("isolation='none' was asked for")
+    problem = isolation_problem(limits.site_packages)
+    if problem is None:
+        return "namespaces", None
+    if limits.isolation == "namespaces" or not unisolated_opt_in():
+        return "unavailable", refusal(problem)
     if not _WARNED:
         _WARNED = True
         warnings.warn(
-            "whale_envs.sandbox: Linux namespaces are not available here; model code runs with resource "
-            "limits only (no network or file-system isolation). See the module docstring.",
+            f"whale_envs.sandbox: {problem}; untrusted code runs with resource limits only (no network or "
+            f"file-system isolation) because {OPT_IN_ENV} is set",
             RuntimeWarning,
             stacklevel=3,
         )
-    return "none"
+    return "none", None
 
 
 # ------------------------------------------------------------------------------------ the run
@@ -222,16 +304,23 @@ def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
     """
     limits = limits or Limits()
     limits.validate()
-    isolation = _choose_isolation(limits)
+    isolation, why = _choose_isolation(limits)
     if isolation == "unavailable":
         return SandboxResult(
-            exit_code=None,
-            limit="setup",
-            isolation="none",
-            error="isolation='namespaces' was required but Linux namespaces are not available here",
-            details=asdict(limits),
+            exit_code=None, limit="setup", isolation="none", error=why, details=asdict(limits)
         )
     return _run(code, limits, isolation=isolation)
+
+
+def _root_problem(isolation: str) -> str | None:
+    """Why the code would run as uid 0 (it never may), or None. Only the unisolated path can: there the
+    sandbox uid must be able to read the interpreter where it lies on the host."""
+    if isolation == "none" and os.geteuid() == 0 and not _world_readable(_boot_python()):
+        return (
+            f"the interpreter {_boot_python()} is not readable by an unprivileged uid, and untrusted code "
+            "never runs as uid 0"
+        )
+    return None
 
 
 def _prepare(code: str, limits: Limits, isolation: str) -> tuple[Path, dict]:
@@ -241,8 +330,6 @@ def _prepare(code: str, limits: Limits, isolation: str) -> tuple[Path, dict]:
     code_path = tmp / "code.py"
     code_path.write_text(code, encoding="utf-8", errors="replace")
     cfg = _boot_config(tmp, code_path, limits, isolation, uid)
-    if isolation == "none" and uid is not None and not _world_readable(cfg["python"]):
-        cfg["uid"] = None  # the interpreter lives where an unprivileged uid cannot read it
     if cfg["uid"] is not None:
         tmp.chmod(0o755)
     return tmp, cfg
@@ -261,6 +348,9 @@ def _popen(tmp: Path, cfg: dict, **streams) -> subprocess.Popen:
 
 def _run(code: str, limits: Limits, *, isolation: str = "namespaces", probing: bool = False) -> SandboxResult:
     details = asdict(limits)
+    problem = _root_problem(isolation)
+    if problem:
+        return SandboxResult(limit="setup", error=problem + " (the code was not run)", details=details)
     tmp, cfg = _prepare(code, limits, isolation)
     uid = cfg["uid"]
     try:
@@ -364,9 +454,12 @@ def spawn_python(code: str, limits: Limits | None = None) -> SandboxProcess:
     """
     limits = limits or Limits()
     limits.validate()
-    isolation = _choose_isolation(limits)
+    isolation, why = _choose_isolation(limits)
     if isolation == "unavailable":
-        raise RuntimeError("isolation='namespaces' was required but Linux namespaces are not available here")
+        raise IsolationUnavailable(why)
+    problem = _root_problem(isolation)
+    if problem:
+        raise IsolationUnavailable(problem)
     tmp, cfg = _prepare(code, limits, isolation)
     stderr_file = open(tmp / "stderr.log", "wb")  # noqa: SIM115 - closed by SandboxProcess.close
     try:
@@ -544,7 +637,7 @@ def _boot_config(tmp: Path, code_path: Path, limits: Limits, isolation: str, uid
     python = _boot_python()
     prefix = os.path.realpath(sys.base_prefix)
     site = _site_dirs() if limits.site_packages else []
-    ro_binds = ["/usr", prefix, *site]
+    ro_binds = ["/usr", prefix, os.path.dirname(python), *site]  # the interpreter may lie outside prefix
     for name in ("/etc/ld.so.cache",):
         ro_binds.append(name)
     symlinks = []

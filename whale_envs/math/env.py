@@ -122,6 +122,11 @@ class MathEnv(TextEnv[MathProblem]):
             tasks, split=split, task_options=task_options, max_turns=max_turns, render_mode=render_mode
         )
 
+    @property
+    def uses_sandbox(self) -> bool:
+        """Whether episodes may run model-written code (the rollout engine checks isolation first)."""
+        return self.max_tool_calls > 0
+
     def _default_max_turns(self, task: Task[MathProblem]) -> int:
         return self.max_tool_calls + 2
 
