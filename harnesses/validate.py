@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import re
 import string
 import types
 from dataclasses import dataclass
@@ -194,12 +195,29 @@ def validate_source(source: str, filename: str = "<harness>") -> ValidationRepor
             imports.append(module)
         elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             fail(node, f"{node.id!r} is not allowed in a harness")
+        elif isinstance(node, ast.Name) and node.id in ("__match_args__", "__class__", "__dict__"):
+            # ``__match_args__`` makes a positional ``case C(x)`` read any attribute it names
+            fail(node, f"{node.id!r} is not allowed in a harness")
         elif isinstance(node, ast.Attribute):
             _check_attr(
                 node, node.attr, isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"), fail
             )
             if node.attr == "format":
                 _check_format(node, fail)
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"__\w+__", node.value)
+            and node.value not in ALLOWED_DUNDERS
+        ):
+            fail(node, f"the string {node.value!r} names a special attribute, which is not allowed")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "type"
+            and len(node.args) + len(node.keywords) > 1
+        ):
+            fail(node, "building a class with type(name, bases, dict) is not allowed (use a class statement)")
         elif isinstance(node, ast.MatchClass):  # ``case object(__class__=c)`` reads an attribute
             for attr in node.kwd_attrs:
                 _check_attr(node, attr, False, fail)

@@ -126,6 +126,8 @@ def _build_root(cfg):
         dst.write(src.read())
     if cfg["uid"] is not None:
         os.chown(work + "/main.py", uid, uid)
+    if not cfg.get("writable", True):  # a program that needs no files gets none (no notes between its parts)
+        _mount(None, work, None, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_RDONLY, opts)
     os.makedirs(root + "/proc")
 
 

@@ -81,6 +81,8 @@ class Limits:
         open_files: file descriptors per process (RLIMIT_NOFILE).
         isolation: "auto", "namespaces" (refuse to run without them) or "none" (rlimits only).
         site_packages: let the code import the installed packages (numpy, sympy, ...) read-only.
+        writable_files: the working directory (and /tmp) is writable; False makes the whole file
+            system read-only (namespaces only), for programs that need no files (the harness worker).
     """
 
     wall_s: float = 10.0
@@ -92,6 +94,7 @@ class Limits:
     open_files: int = 64
     isolation: str = "auto"
     site_packages: bool = True
+    writable_files: bool = True
 
     def validate(self) -> None:
         for name in (
@@ -675,6 +678,7 @@ def _boot_config(tmp: Path, code_path: Path, limits: Limits, isolation: str, uid
         "hide": hidden,
         "uid": uid,
         "work_bytes": limits.file_mb * 1024 * 1024,
+        "writable": bool(limits.writable_files),
         "env": env,
         "limits": {
             "cpu_s": max(1, math.ceil(limits.cpu_s)),

@@ -150,6 +150,7 @@ class _Worker:
             max_processes=config.concurrency + 32,  # threads count here: one per episode in flight
             file_mb=16,
             site_packages=False,  # the worker needs the standard library only
+            writable_files=False,  # no file an episode could leave for a later one
         )
         self.proc = spawn_python(worker_program(), limits)
         self._lock = threading.Lock()
