@@ -78,7 +78,7 @@ def chance_level(
 
 
 #: A harness whose null-model successes have a chance probability below this is a solver.
-SOLVER_ALPHA = 1e-3
+SOLVER_ALPHA = 0.01
 
 
 def binomial_tail(n: int, x: int, q: float) -> float:
@@ -101,6 +101,7 @@ def check_harness(
     score_split: str = "harness",
     progress: Any = None,
     max_llm_calls: int = 64,
+    max_tokens: int = 512,
 ) -> HarnessReport:
     """Run ``harness`` on ``n_tasks`` tasks with model-free LLMs; report every problem found.
 
@@ -145,7 +146,9 @@ def check_harness(
     report.chance = chance_sum / max(1, tasks_total)
     # The chance that random actions solve a task at least once in k tries (floored: a small sample).
     q = 1 - (1 - max(report.chance, 0.01)) ** k
-    limits = EpisodeLimits(max_llm_calls=max_llm_calls, harness_seconds=harness_seconds)
+    limits = EpisodeLimits(
+        max_llm_calls=max_llm_calls, max_tokens=max_tokens, harness_seconds=harness_seconds
+    )
     config = RolloutConfig(k=k, seed=seed, concurrency=16, limits=limits, trusted=trusted)
     for model in models:
         mode = model.name.removeprefix("null-")

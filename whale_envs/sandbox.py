@@ -263,9 +263,13 @@ def require_isolation(what: str = "untrusted code", *, site_packages: bool = Tru
 UNISOLATED_LABEL = f"none (unisolated by opt-in {OPT_IN_ENV})"
 
 
-def isolation_label(site_packages: bool = True) -> str:
-    """``"namespaces"``, :data:`UNISOLATED_LABEL` (a run under the opt-in), or ``"unavailable"``."""
-    if isolation_problem(site_packages) is None:
+def isolation_label(site_packages: bool | None = None) -> str:
+    """``"namespaces"``, :data:`UNISOLATED_LABEL` (a run under the opt-in), or ``"unavailable"``.
+
+    ``site_packages=None``: both configurations (the tool's and the harness worker's) must be isolated.
+    """
+    configs = (True, False) if site_packages is None else (site_packages,)
+    if all(isolation_problem(c) is None for c in configs):
         return "namespaces"
     return UNISOLATED_LABEL if unisolated_opt_in() else "unavailable"
 

@@ -121,16 +121,17 @@ def evaluate(args: argparse.Namespace) -> dict:
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts, summarize, write_jsonl
+    from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
 
     harness = _load_harness(args.harness)
     env = _make_env(args.env, args.tasks, args.split).unwrapped
     task_ids = env.task_ids[: args.limit] if args.limit else env.task_ids
     llm = _load_llm(args)
     config = RolloutConfig(
-        k=args.k, seed=args.seed, concurrency=args.concurrency, trusted=args.trusted, limits=EpisodeLimits()
+        k=args.k, seed=args.seed, concurrency=args.concurrency, trusted=args.trusted, limits=_limits(args)
     )
     env_kwargs = {"split": args.split, **({"tasks": args.tasks} if args.tasks else {})}
+    isolation = _preflight(config, env, harness)
     start = time.monotonic()
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -160,6 +161,7 @@ def evaluate(args: argparse.Namespace) -> dict:
         "backend": args.backend,
         "k": args.k,
         "seed": args.seed,
+        "isolation": isolation,
         "wall_seconds": round(wall, 2),
         "episodes_per_second": round(len(trajs) / wall, 2) if wall else None,
         **summary,
@@ -172,6 +174,39 @@ def evaluate(args: argparse.Namespace) -> dict:
         write_jsonl(trajs, out / "traces.jsonl")
         console.print(f"wrote {out / 'results.json'} and {out / 'traces.jsonl'}")
     return results
+
+
+def _limits(args: argparse.Namespace):
+    from whale_train.rollout import EpisodeLimits
+
+    try:
+        return EpisodeLimits(
+            max_llm_calls=args.max_llm_calls, max_tokens=args.max_tokens, harness_seconds=args.episode_timeout
+        )
+    except ValueError as exc:
+        raise CLIError(f"--episode-timeout/--max-llm-calls/--max-tokens: {exc}") from None
+
+
+def _preflight(config, env, harness) -> str:
+    from whale_envs.sandbox import IsolationUnavailable
+    from whale_train.rollout import preflight
+
+    try:
+        return preflight(config, env, harness)
+    except IsolationUnavailable as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _add_limit_flags(p: argparse.ArgumentParser, timeout: float, calls: int) -> None:
+    p.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=timeout,
+        metavar="S",
+        help="seconds a harness may compute between two env/model calls (per episode)",
+    )
+    p.add_argument("--max-llm-calls", type=int, default=calls, help="model requests per episode")
+    p.add_argument("--max-tokens", type=int, default=512, help="new tokens per model request")
 
 
 def _print_results(r: dict) -> None:
@@ -188,6 +223,7 @@ def _print_results(r: dict) -> None:
     table.add_row("LLM calls", str(r["llm_calls"]))
     table.add_row("tokens (prompt / completion)", f"{r['prompt_tokens']} / {r['completion_tokens']}")
     table.add_row("wall time", f"{r['wall_seconds']:.1f} s ({r['episodes_per_second']} episodes/s)")
+    table.add_row("isolation", r["isolation"])
     console.print(table)
 
 
@@ -201,11 +237,28 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     if args.env not in gym.registry:
         raise CLIError(f"unknown env {args.env!r}; registered: {', '.join(sorted(whale_envs.ENVS))}")
+    from whale_train.rollout import RolloutConfig
+
     env_kwargs = {"tasks": args.tasks} if args.tasks else {}
-    report = check_harness(
-        args.harness, args.env, env_kwargs=env_kwargs, n_tasks=args.n_tasks, trusted=args.trusted
-    )
+    limits = _limits(args)
+    env = _make_env(args.env, args.tasks, "train").unwrapped
+    isolation = _preflight(RolloutConfig(trusted=args.trusted), env, _load_harness(args.harness))
+    with errors.status(f"check_harness {args.harness}: starting") as status:
+        report = check_harness(
+            args.harness,
+            args.env,
+            env_kwargs=env_kwargs,
+            n_tasks=args.n_tasks,
+            trusted=args.trusted,
+            harness_seconds=limits.harness_seconds,
+            max_llm_calls=limits.max_llm_calls,
+            max_tokens=limits.max_tokens,
+            progress=lambda done, total, mode: status.update(
+                f"check_harness {args.harness}: {done}/{total} episodes ({mode} model)"
+            ),
+        )
     console.print(str(report))
+    console.print(f"  isolation: {isolation}")
     return 0 if report.ok else 1
 
 
@@ -254,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=128, help="episodes in flight (the model's batch size)")
     p.add_argument("--trusted", action="store_true", help="run a shipped harness in this process (faster)")
     p.add_argument("--out", default=None, help="write results.json and traces.jsonl here")
+    _add_limit_flags(p, 30.0, 64)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("check", help="check_harness: run a harness with null models and report what breaks")
@@ -262,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default=None)
     p.add_argument("--n-tasks", type=int, default=16)
     p.add_argument("--trusted", action="store_true")
+    _add_limit_flags(p, 10.0, 64)
     p.set_defaults(func=cmd_check)
 
     # Commands that live with their subsystem: each module adds its own subcommand.
@@ -273,11 +328,25 @@ def build_parser() -> argparse.ArgumentParser:
         "whale_train.compare",
     ):
         importlib.import_module(module).add_parser(sub)
+    from whale_envs.sandbox import OPT_IN_ENV, OPT_IN_FLAG
+
+    for command in sub.choices.values():  # the isolation opt-in, on every command
+        command.add_argument(
+            OPT_IN_FLAG,
+            action="store_true",
+            dest="allow_unisolated",
+            help=f"run untrusted code without namespaces if they are unavailable (= {OPT_IN_ENV}=1); "
+            "every output then says so",
+        )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "allow_unisolated", False):
+        from whale_envs.sandbox import allow_unisolated
+
+        allow_unisolated()
     try:
         return args.func(args)
     except CLIError as exc:

@@ -115,6 +115,8 @@ class _DirectLLM:
 
 def _run_in_process(harness, llm, jobs, new_episode, close_episode, batcher, config) -> list[Trajectory]:
     cls = harness.load_trusted()
+    if config.examples:
+        cls = type(cls.__name__, (cls,), {"examples": tuple(config.examples)})
     chat = bool(llm.has_chat_template)
 
     def one(job: Job) -> Trajectory:
