@@ -160,3 +160,21 @@ def test_tool_code_cannot_import_the_project_or_read_its_answers():
     result = run_python(code, Limits(wall_s=10, cpu_s=5, isolation="namespaces"))
     assert result.isolation == "namespaces"
     assert result.stdout.strip() == "[False, False]", result.stdout + result.stderr
+
+
+def test_whale_eval_refuses_with_one_line_and_labels_a_run_under_the_opt_in(
+    broken_namespaces, tmp_path, capsys
+):
+    from whale_train.cli import main
+
+    argv = ["eval", "--env", "whale/Math-v0", "--harness", "math/h0", "--limit", "1", "--k", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        len(err.splitlines()) == 1 and "--allow-unisolated" in err and "unshare" in err and "math/h0" in err
+    )
+    assert main([*argv, "--trusted", "--out", str(tmp_path), "--allow-unisolated"]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["isolation"] == sandbox.UNISOLATED_LABEL
+    sandbox.allow_unisolated(False)  # the flag set it for this process; a later command without it refuses
+    assert main(["check", "--env", "whale/Chess-v0", "--harness", "chess_puzzles/h0", "--n-tasks", "1"]) == 2

@@ -126,12 +126,12 @@ def evaluate(args: argparse.Namespace) -> dict:
     harness = _load_harness(args.harness)
     env = _make_env(args.env, args.tasks, args.split).unwrapped
     task_ids = env.task_ids[: args.limit] if args.limit else env.task_ids
-    llm = _load_llm(args)
     config = RolloutConfig(
         k=args.k, seed=args.seed, concurrency=args.concurrency, trusted=args.trusted, limits=_limits(args)
     )
-    env_kwargs = {"split": args.split, **({"tasks": args.tasks} if args.tasks else {})}
     isolation = _preflight(config, env, harness)
+    llm = _load_llm(args)
+    env_kwargs = {"split": args.split, **({"tasks": args.tasks} if args.tasks else {})}
     start = time.monotonic()
     with Progress(
         TextColumn("[bold]{task.description}"),

@@ -681,11 +681,11 @@ def preflight(config: RolloutConfig, env: Any, harness: Any = None) -> str:
     from whale_envs.sandbox import UNISOLATED_LABEL, require_isolation
 
     labels = []
-    if getattr(env, "uses_sandbox", False):
-        labels.append(require_isolation("model-written tool code", site_packages=True))
     if not config.trusted:
         name = getattr(harness, "name", "the harness")
         labels.append(require_isolation(f"the untrusted harness {name}", site_packages=False))
+    if getattr(env, "uses_sandbox", False):
+        labels.append(require_isolation("model-written tool code", site_packages=True))
     if UNISOLATED_LABEL in labels:
         return UNISOLATED_LABEL
     return "namespaces" if labels else "in-process"
