@@ -329,8 +329,20 @@ _SAFE_BUILTINS.update(
 )
 
 
+_VIEWS: dict[str, types.ModuleType] = {}
+
+
 def _module_view(name: str) -> types.ModuleType:
-    """A stand-in for an allowed module: its public names, no module objects (no path to ``os``)."""
+    """A stand-in for an allowed module: its public names, no module objects (no path to ``os``).
+
+    Built once per process (the worker's template builds them before it forks the episodes, each of
+    which then changes only its own copy)."""
+    if name not in _VIEWS:
+        _VIEWS[name] = _build_view(name)
+    return _VIEWS[name]
+
+
+def _build_view(name: str) -> types.ModuleType:
     module = importlib.import_module(name)
     if name == "__future__":
         return module
@@ -353,23 +365,33 @@ def _restricted_import(name: str, globals=None, locals=None, fromlist=(), level=
     return _module_view(name)
 
 
-def load_class(source: str, filename: str = "<harness>", *, restricted: bool = True) -> type:
+def load_class(
+    source: str, filename: str = "<harness>", *, restricted: bool = True, prepared: tuple | None = None
+) -> type:
     """Validate and execute harness ``source``; return its harness class.
 
     ``restricted=False`` is for harnesses shipped with the package when trusted execution is asked
-    for: the same validation, normal builtins.
+    for: the same validation, normal builtins. ``prepared``: ``prepare(source)`` done once already (the
+    worker's template validates and compiles, each episode process only executes).
     """
     from harnesses.base import Harness
 
-    report = validate_source(source, filename)
+    report, code = prepared or prepare(source, filename)
     namespace: dict[str, Any] = {"__name__": "harness_module", "__file__": filename}
     if restricted:
         namespace["__builtins__"] = {**_SAFE_BUILTINS, "__import__": _restricted_import}
-    code = compile(source, filename, "exec")
-    exec(code, namespace)  # noqa: S102 - validated above; untrusted code only runs in the worker process
+    exec(code, namespace)  # noqa: S102 - validated; untrusted code only runs in a sandboxed episode process
     cls = namespace.get(report.class_name)
     if not (isinstance(cls, type) and issubclass(cls, Harness)):
         raise HarnessValidationError(
             f"{filename}: {report.class_name!r} is not a subclass of harnesses.base.Harness"
         )
     return cls
+
+
+def prepare(source: str, filename: str = "<harness>") -> tuple[ValidationReport, Any]:
+    """Validate and compile (nothing of the harness runs): ``(report, code)`` for ``load_class``."""
+    report = validate_source(source, filename)
+    for name in report.imports:  # warm the module views (imports only: shipped or standard modules)
+        _module_view(name)
+    return report, compile(source, filename, "exec")

@@ -142,7 +142,8 @@ class _LLMProxy:
 def _load(first: dict) -> type:
     from harnesses.validate import load_class
 
-    cls = load_class(first["source"], first.get("filename", "<harness>"), restricted=True)
+    filename = first.get("filename", "<harness>")
+    cls = load_class(first["source"], filename, restricted=True, prepared=first.get("prepared"))
     examples = first.get("examples") or ()
     cls.examples = tuple(examples)  # the documented cross-episode memory (train split only)
     return cls
@@ -154,6 +155,11 @@ def _episode(first: dict, rfd: int, wfd: int) -> None:
     try:
         os.setpgid(0, 0)
         _prctl_no_dump()
+        memory = first.get("episode_memory_bytes")
+        if memory:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         channel = _Channel(os.fdopen(wfd, "w", encoding="utf-8"), os.fdopen(rfd, "r", encoding="utf-8"))
         error = None
         try:
@@ -337,10 +343,17 @@ class _Template:
 
     def loop(self, in_fd: int) -> None:
         buf = bytearray()
+        poller = select.poll()
+        poller.register(in_fd, select.POLLIN)
+        watched = {in_fd}
         while True:
-            fds = [in_fd, *self.by_fd]
-            ready, _, _ = select.select(fds, [], [])
-            for fd in ready:
+            for fd in watched - {in_fd} - set(self.by_fd):  # episodes that ended
+                poller.unregister(fd)
+                watched.discard(fd)
+            for fd in set(self.by_fd) - watched:  # episodes that started
+                poller.register(fd, select.POLLIN)
+                watched.add(fd)
+            for fd, _ in poller.poll():
                 if fd == in_fd:
                     chunk = os.read(in_fd, 1 << 20)
                     if not chunk:
@@ -389,6 +402,19 @@ def main() -> None:
     if first.get("op") != "load":
         return
     _prctl_no_dump()  # episodes (same uid) may not reach the template's pipes through /proc
+    try:  # parse, validate and compile once here (no harness code runs); each episode only executes
+        from harnesses.validate import prepare
+
+        first["prepared"] = prepare(first["source"], first.get("filename", "<harness>"))
+        import harnesses.base  # noqa: F401  (imported once, before the forks)
+    except BaseException as exc:  # noqa: BLE001
+        os.write(
+            out_fd,
+            (
+                json.dumps({"op": "load_error", "error": f"{type(exc).__name__}: {exc}"[:4000]}) + "\n"
+            ).encode(),
+        )
+        return
     template = _Template(first, out_fd)
     # Check that the harness loads, in a throwaway process (harness code never runs in the template).
     err_r, err_w = os.pipe()

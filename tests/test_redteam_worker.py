@@ -50,6 +50,7 @@ def unlinted(monkeypatch):
         "    exec(first['source'], ns)\n"
         "    return ns['H']\n"
         "harnesses.worker._load = _unlinted\n"
+        "harnesses.validate.prepare = lambda source, filename='': (None, None)\n"
         "harnesses.worker.main()\n",
     )
     assert "_unlinted" in program

@@ -149,7 +149,8 @@ class _Worker:
             wall_s=86_400,
             cpu_s=86_400,
             memory_mb=config.worker_memory_mb,
-            max_processes=config.concurrency + 32,  # threads count here: one per episode in flight
+            max_processes=config.concurrency + 32,  # one process per episode in flight
+            open_files=4 * config.concurrency + 64,  # the template holds two pipes per episode
             file_mb=16,
             site_packages=False,  # the worker needs the standard library only
             writable_files=False,  # no file an episode could leave for a later one
@@ -164,6 +165,7 @@ class _Worker:
                 "filename": harness.filename,
                 "has_chat_template": has_chat_template,
                 "examples": list(config.examples),
+                "episode_memory_bytes": config.episode_memory_mb * 1024 * 1024,
             }
         )
         threading.Thread(target=self._read, daemon=True).start()

@@ -618,7 +618,9 @@ class RolloutConfig:
         max_wait: seconds the batcher waits for stragglers before flushing a partial batch.
         limits: per-episode limits.
         trusted: run the harness in this process (only for harnesses shipped with the package).
-        worker_memory_mb: address-space limit of each episode process (untrusted harnesses).
+        worker_memory_mb: address-space limit of the worker's template process (untrusted harnesses).
+        episode_memory_mb: address-space limit of each episode's process; all of them together are
+            bounded by ``episode_memory_mb * concurrency``.
         examples: the documented cross-episode memory: plain JSON values (few-shot examples built from
             the *train* split by the caller) that every episode's harness sees as ``self.examples``.
             Evaluation episodes never feed it.
@@ -631,6 +633,7 @@ class RolloutConfig:
     limits: EpisodeLimits = field(default_factory=EpisodeLimits)
     trusted: bool = False
     worker_memory_mb: int = 4096
+    episode_memory_mb: int = 1024
     examples: tuple = ()
 
 
