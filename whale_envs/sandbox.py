@@ -55,6 +55,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -201,6 +202,7 @@ def allow_unisolated(allowed: bool = True) -> None:
 
 
 _PROBES: dict[tuple, str | None] = {}
+_PROBE_LOCK = threading.Lock()
 
 
 def isolation_problem(site_packages: bool = True) -> str | None:
@@ -213,26 +215,33 @@ def isolation_problem(site_packages: bool = True) -> str | None:
     if not sys.platform.startswith("linux"):
         return f"Linux namespaces are not available on {sys.platform}"
     key = (_boot_python(), site_packages, tuple(_site_dirs()) if site_packages else (), os.geteuid())
-    if key not in _PROBES:
-        _PROBES[key] = _probe(site_packages)
-    return _PROBES[key]
+    with _PROBE_LOCK:  # one probe per configuration, however many threads ask at once
+        if key not in _PROBES:
+            problem, lasting = _probe(site_packages)
+            if not lasting:  # a probe stopped by its time limit (a busy machine) is asked again later
+                return problem
+            _PROBES[key] = problem
+        return _PROBES[key]
 
 
-def _probe(site_packages: bool) -> str | None:
+def _probe(site_packages: bool) -> tuple[str | None, bool]:
+    """(why isolation is unavailable or None, whether the answer lasts)."""
     code = "import os, sys; sys.stdout.write('ok %d %d' % (os.getuid(), os.path.exists('/etc/passwd')))"
     limits = Limits(wall_s=30, cpu_s=10, isolation="namespaces", site_packages=site_packages)
     result = _run(code, limits, isolation="namespaces", probing=True)
+    if result.limit in ("wall", "cpu"):
+        return f"the sandboxed probe hit its {result.limit} limit (a busy machine?)", False
     if result.limit == "setup":
-        return f"the sandbox cannot be built here: {result.error}"
+        return f"the sandbox cannot be built here: {result.error}", True
     if result.exit_code != 0 or not result.stdout.startswith("ok "):
         detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
-        return f"the sandboxed probe did not run: {detail[0][:300]}"
+        return f"the sandboxed probe did not run: {detail[0][:300]}", True
     _, uid, etc = result.stdout.split()
     if os.geteuid() == 0 and uid == "0":
-        return "the sandboxed probe ran as uid 0"
+        return "the sandboxed probe ran as uid 0", True
     if etc != "0":
-        return "the sandboxed probe could see the host's /etc"
-    return None
+        return "the sandboxed probe could see the host's /etc", True
+    return None, True
 
 
 def isolation_available(site_packages: bool = True) -> bool:
