@@ -44,6 +44,8 @@ from pathlib import Path
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 #: The deepest nesting of JSON an episode may send.
 MAX_DEPTH = 32
+#: Replies an episode may leave unread before it is ended.
+MAX_PENDING_BYTES = 64 * 1024 * 1024
 
 #: Modules inlined into the worker program, in import order.
 _INLINE = ("harnesses.base", "harnesses.validate")
@@ -217,7 +219,8 @@ def parse_message(line: bytes) -> tuple[dict | None, str | None]:
 class _Child:
     def __init__(self, pid: int, rfd: int, wfd: int):
         self.pid, self.rfd, self.wfd = pid, rfd, wfd
-        self.buf = bytearray()
+        self.buf = bytearray()  # what came from the episode, not yet a whole line
+        self.out = bytearray()  # replies its pipe has not taken yet
 
 
 class _Template:
@@ -256,6 +259,7 @@ class _Template:
             _episode(self.first, to_child_r, from_child_w)
         os.close(to_child_r)
         os.close(from_child_w)
+        os.set_blocking(to_child_w, False)  # a reply never blocks the template for long (to_child)
         self.children[episode] = _Child(pid, from_child_r, to_child_w)
         self.by_fd[from_child_r] = episode
 
@@ -329,17 +333,28 @@ class _Template:
             )
 
     def to_child(self, msg: dict) -> None:
-        child = self.children.get(msg.get("episode"))  # type: ignore[arg-type]
+        """Queue a reply for an episode; written as its pipe takes it, so a stalled episode stalls nobody."""
+        episode = msg.get("episode")
+        child = self.children.get(episode)  # type: ignore[arg-type]
         if child is None:
             return
         reply = {k: v for k, v in msg.items() if k in ("ok", "value", "error")}
-        data = (json.dumps(reply, ensure_ascii=False) + "\n").encode()
+        child.out += (json.dumps(reply, ensure_ascii=False) + "\n").encode()
+        if len(child.out) > MAX_PENDING_BYTES:
+            self.end(episode, "protocol: the episode stopped reading its replies")  # type: ignore[arg-type]
+            return
+        self.flush(episode)  # type: ignore[arg-type]
+
+    def flush(self, episode: int) -> None:
+        child = self.children.get(episode)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(child.wfd, view) :]
+            while child is not None and child.out:
+                n = os.write(child.wfd, child.out)
+                del child.out[:n]
+        except BlockingIOError:
+            pass  # the rest goes when the pipe has room (POLLOUT in loop)
         except OSError:
-            pass  # the episode is gone; its end is reported from its read side
+            child.out.clear()  # the episode is gone; its end is reported from its read side
 
     def loop(self, in_fd: int) -> None:
         buf = bytearray()
@@ -353,7 +368,16 @@ class _Template:
             for fd in set(self.by_fd) - watched:  # episodes that started
                 poller.register(fd, select.POLLIN)
                 watched.add(fd)
-            for fd, _ in poller.poll():
+            writers = {c.wfd: ep for ep, c in self.children.items() if c.out}
+            for wfd in writers:
+                poller.register(wfd, select.POLLOUT)
+            events = poller.poll()
+            for wfd in writers:
+                poller.unregister(wfd)
+            for fd, _ in events:
+                if fd in writers:
+                    self.flush(writers[fd])
+                    continue
                 if fd == in_fd:
                     chunk = os.read(in_fd, 1 << 20)
                     if not chunk:

@@ -353,3 +353,23 @@ def test_one_episode_hogging_memory_leaves_the_others_running():
     bad, *good = rollouts(ref, n=3)
     assert bad.failure == "harness_error" and "MemoryError" in bad.error
     assert all(t.error is None and t.steps for t in good)
+
+
+def test_an_episode_that_stops_reading_its_replies_stalls_nobody(unlinted):
+    """It asks for a large completion and never reads the reply: the template must not block on it."""
+    ref = unlinted(
+        "import time\n"
+        "obs, info = env.reset()\n"
+        "if info['question'] == FIRST:\n"
+        "    env._channel.send({'op': 'call', 'method': 'complete', 'args': {'prompt': 'x', 'params': {}}})\n"
+        "    time.sleep(60)\n"
+        "env.step('answer: ' + llm.complete('y')[:5])"
+    )
+    env = gym.make(MATH, **MATH_TASKS).unwrapped
+    env.reset(options={"task_id": math_ids(1)[0]})
+    ref = HarnessRef(ref.name, f"FIRST = {env.problem.question!r}\n" + ref.source, "attack", "H", False)
+    start = time.monotonic()
+    bad, *good = rollouts(ref, n=3, llm=ScriptedLLM(lambda t: "7" * 300_000), harness_seconds=3.0)
+    assert time.monotonic() - start < 30
+    assert bad.failure in ("timeout", "harness_error") and bad.error
+    assert all(t.error is None and t.steps for t in good), [(t.error, t.failure) for t in good]
