@@ -74,6 +74,11 @@ class Harness:
     stop: tuple[str, ...] = ()
     format_retries: int = 1
     use_chat: bool = True  # send chat messages when the model has a chat template
+    #: The one memory across episodes: plain JSON values (few-shot examples) that the caller builds
+    #: from the *train* split (``RolloutConfig(examples=...)``); the same for every episode, never fed
+    #: by evaluation episodes. Anything else a harness keeps (class attributes, module globals) starts
+    #: afresh in every episode: each episode runs in a process of its own.
+    examples: tuple = ()
 
     # ------------------------------------------------------------------------ the loop
 

@@ -6,9 +6,16 @@ It runs a harness on a few tasks with model-free LLMs and reports what breaks:
 * an episode raises, times out (computes without ever calling the env or the model), or hits the
   per-episode LLM call limit (a runaway loop);
 * an episode never calls the model, or never steps the env;
-* the harness *solves tasks by itself*: with a null LLM (empty or random completions, random scores)
-  it scores above the env's chance level (random valid actions, ``env.chance_action``) by more than
-  the noise. Such a harness makes the model irrelevant and is rejected as a solver.
+* the harness *solves tasks by itself*: with a model that knows nothing of the task it solves more
+  tasks than the env's chance level (random valid actions, ``env.chance_action``) allows. Such a harness
+  makes the model irrelevant and is rejected as a solver.
+
+The stand-in models cannot be told from a real one (``whale_train.null_llms``): log-likelihood scores
+(negative, prompt-dependent, consistent), a model that answers plausibly but wrongly, and, when the
+caller passes its model, the real model answering shuffled prompts. The test counts *tasks* (the k
+samples of a task are not independent): a one-sided binomial test of the number of tasks solved at
+least once against the chance of that under random actions. The tasks are drawn from the ``train``
+split and, when ``score_tasks`` are given, half from the tasks being scored.
 """
 
 from __future__ import annotations
@@ -70,6 +77,16 @@ def chance_level(
     return total / (len(task_ids) * samples)
 
 
+#: A harness whose null-model successes have a chance probability below this is a solver.
+SOLVER_ALPHA = 0.01
+
+
+def binomial_tail(n: int, x: int, q: float) -> float:
+    """P(Binomial(n, q) >= x)."""
+    q = min(max(q, 0.0), 1.0)
+    return sum(math.comb(n, i) * q**i * (1 - q) ** (n - i) for i in range(x, n + 1))
+
+
 def check_harness(
     harness: HarnessRef | str | Path,
     env_id: str,
@@ -79,15 +96,23 @@ def check_harness(
     seed: int = 0,
     trusted: bool = False,
     harness_seconds: float = 10.0,
+    llm: Any = None,
+    score_tasks: list[str] | None = None,
+    score_split: str = "harness",
+    progress: Any = None,
+    max_llm_calls: int = 64,
+    max_tokens: int = 512,
 ) -> HarnessReport:
-    """Run ``harness`` on ``n_tasks`` tasks of the ``train`` split with null LLMs; report every problem found.
+    """Run ``harness`` on ``n_tasks`` tasks with model-free LLMs; report every problem found.
 
-    Never raises for what the harness does: problems are in the report (``report.ok``,
-    ``report.raise_for_problems()``).
+    ``llm``: the real model, for the permuted-real stand-in (skipped without one). ``score_tasks``:
+    ids of the ``score_split`` tasks the harness will be scored on; half the check's tasks come from
+    them. ``progress(done, total, mode)`` is called after every episode. Never raises for what the
+    harness does: problems are in the report (``report.ok``, ``report.raise_for_problems()``).
     """
     import whale_envs  # noqa: F401  (registers the envs)
-    from whale_train.llm.scripted import NullLLM
-    from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts, summarize
+    from whale_train.null_llms import LogLikelihoodNull, PermutedReal, PlausibleWrong
+    from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts
 
     name = str(harness.name if isinstance(harness, HarnessRef) else harness)
     report = HarnessReport(name, env_id)
@@ -96,25 +121,68 @@ def check_harness(
     except (HarnessValidationError, FileNotFoundError) as exc:
         report.problems.append(f"does not load: {exc}")
         return report
-    env_kwargs = {"split": "train", **(env_kwargs or {})}
-    probe = gym.make(env_id, **env_kwargs).unwrapped
+    base_kwargs = {k: v for k, v in (env_kwargs or {}).items() if k != "split"}
     rng = random.Random(seed)
-    task_ids = sorted(rng.sample(probe.task_ids, min(n_tasks, len(probe.task_ids))))
-    report.chance = chance_level(env_id, task_ids, env_kwargs, seed)
-    limits = EpisodeLimits(max_llm_calls=64, harness_seconds=harness_seconds)
-    config = RolloutConfig(k=2, seed=seed, concurrency=16, limits=limits, trusted=trusted)
-    for mode in ("empty", "random"):
-        trajs = run_rollouts(ref, env_id, NullLLM(mode, seed), task_ids, env_kwargs=env_kwargs, config=config)
+    groups: list[tuple[str, list[str]]] = []
+    n_train = n_tasks
+    if score_tasks:
+        scored = sorted(rng.sample(sorted(score_tasks), min(n_tasks // 2, len(score_tasks))))
+        groups.append((score_split, scored))
+        n_train = n_tasks - len(scored)
+    train = gym.make(env_id, **{**base_kwargs, "split": "train"}).unwrapped
+    groups.insert(0, ("train", sorted(rng.sample(train.task_ids, min(n_train, len(train.task_ids))))))
+    groups = [(split, ids) for split, ids in groups if ids]
+    k = 2
+    models = [LogLikelihoodNull("empty", seed), LogLikelihoodNull("random", seed), PlausibleWrong(seed)]
+    if llm is not None:
+        models.append(PermutedReal(llm, seed))
+    tasks_total = sum(len(ids) for _, ids in groups)
+    total, done = tasks_total * k * len(models), 0
+    q = 0.0
+    chance_sum = 0.0
+    for split, ids in groups:
+        c = chance_level(env_id, ids, {**base_kwargs, "split": split}, seed)
+        chance_sum += c * len(ids)
+    report.chance = chance_sum / max(1, tasks_total)
+    # The chance that random actions solve a task at least once in k tries (floored: a small sample).
+    q = 1 - (1 - max(report.chance, 0.01)) ** k
+    limits = EpisodeLimits(
+        max_llm_calls=max_llm_calls, max_tokens=max_tokens, harness_seconds=harness_seconds
+    )
+    config = RolloutConfig(k=k, seed=seed, concurrency=16, limits=limits, trusted=trusted)
+    for model in models:
+        mode = model.name.removeprefix("null-")
+        trajs: list = []
+        for split, ids in groups:
+
+            def tick(_t, mode=mode):
+                nonlocal done
+                done += 1
+                if progress is not None:
+                    progress(done, total, mode)
+
+            trajs += run_rollouts(
+                ref,
+                env_id,
+                model,
+                ids,
+                env_kwargs={**base_kwargs, "split": split},
+                config=config,
+                progress=tick,
+            )
         report.episodes += len(trajs)
-        summary = summarize(trajs)
-        report.null_scores[mode] = summary["mean"]
         _episode_problems(trajs, mode, report)
-        n = summary["episodes"]
-        tolerance = max(0.05, 3 * math.sqrt(max(report.chance * (1 - report.chance), 0.01) / n))
-        if summary["mean"] > report.chance + tolerance:
+        by_task: dict[str, list[bool]] = {}
+        for t in trajs:
+            by_task.setdefault(t.task_id, []).append(t.solved)
+        report.null_scores[mode] = sum(t.solved for t in trajs) / max(1, len(trajs))
+        n, hits = len(by_task), sum(any(v) for v in by_task.values())
+        p_value = binomial_tail(n, hits, q)
+        if hits and p_value < SOLVER_ALPHA:
             report.problems.append(
-                f"solver: with a {mode} LLM it scores {summary['mean']:.2f}, above the chance level "
-                f"{report.chance:.2f} (+{tolerance:.2f}): the harness solves tasks without the model"
+                f"solver: with a {mode} model it solves {hits} of {n} tasks (mean {report.null_scores[mode]:.2f}); "
+                f"random actions (chance level {report.chance:.2f}) would do that with probability "
+                f"{p_value:.1e}: the harness solves tasks without the model"
             )
     report.problems = list(dict.fromkeys(report.problems))
     return report

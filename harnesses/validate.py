@@ -20,6 +20,8 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import re
+import string
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +74,44 @@ FORBIDDEN_NAMES = frozenset(
         "__builtins__",
         "__loader__",
         "__spec__",
+        "dir",
+        # Run-time resolution of string annotations evaluates text with a module's globals.
+        "get_type_hints",
+        "ForwardRef",
+        "singledispatch",
+        "singledispatchmethod",
+        # Format-string field names (``"{0.attr}"``) are attribute access the AST cannot see.
+        "Formatter",
+    }
+)
+
+#: Attributes never allowed, on anything: computed attribute access, string-annotation evaluation,
+#: and the ways from a generator, coroutine, frame or traceback to a frame's globals.
+FORBIDDEN_ATTRS = FORBIDDEN_NAMES | frozenset(
+    {
+        "format_map",
+        "vformat",
+        "get_field",
+        "get_value",
+        "mro",
+        "gi_frame",
+        "gi_code",
+        "gi_yieldfrom",
+        "cr_frame",
+        "cr_code",
+        "cr_await",
+        "ag_frame",
+        "ag_code",
+        "ag_await",
+        "tb_frame",
+        "tb_next",
+        "f_back",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_code",
+        "co_consts",
+        "co_code",
     }
 )
 
@@ -155,19 +195,60 @@ def validate_source(source: str, filename: str = "<harness>") -> ValidationRepor
             imports.append(module)
         elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             fail(node, f"{node.id!r} is not allowed in a harness")
+        elif isinstance(node, ast.Name) and node.id in ("__match_args__", "__class__", "__dict__"):
+            # ``__match_args__`` makes a positional ``case C(x)`` read any attribute it names
+            fail(node, f"{node.id!r} is not allowed in a harness")
         elif isinstance(node, ast.Attribute):
-            attr = node.attr
-            if attr.startswith("__") and attr.endswith("__") and attr not in ALLOWED_DUNDERS:
-                fail(node, f"the attribute {attr!r} is not allowed")
-            if attr.startswith("_") and not (
-                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
-            ):
-                fail(node, f"private attribute {attr!r} may only be used on self")
-            if attr in ("format_map", "mro", "gi_frame", "f_globals", "f_locals", "tb_frame", "cr_frame"):
-                fail(node, f"the attribute {attr!r} is not allowed")
+            _check_attr(
+                node, node.attr, isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"), fail
+            )
+            if node.attr == "format":
+                _check_format(node, fail)
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"__\w+__", node.value)
+            and node.value not in ALLOWED_DUNDERS
+        ):
+            fail(node, f"the string {node.value!r} names a special attribute, which is not allowed")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "type"
+            and len(node.args) + len(node.keywords) > 1
+        ):
+            fail(node, "building a class with type(name, bases, dict) is not allowed (use a class statement)")
+        elif isinstance(node, ast.MatchClass):  # ``case object(__class__=c)`` reads an attribute
+            for attr in node.kwd_attrs:
+                _check_attr(node, attr, False, fail)
         elif isinstance(node, ast.Global | ast.Nonlocal) and any(n in FORBIDDEN_NAMES for n in node.names):
             fail(node, "rebinding a forbidden name is not allowed")
+        elif isinstance(node, ast.alias) and (node.asname or node.name) in FORBIDDEN_NAMES:
+            fail(node, f"importing {node.name!r} is not allowed")
     return ValidationReport(_harness_class(tree, fail), tuple(dict.fromkeys(imports)))
+
+
+def _check_attr(node: ast.AST, attr: str, on_self: bool, fail) -> None:
+    if attr.startswith("__") and attr.endswith("__") and attr not in ALLOWED_DUNDERS:
+        fail(node, f"the attribute {attr!r} is not allowed")
+    if attr.startswith("_") and not on_self:
+        fail(node, f"private attribute {attr!r} may only be used on self")
+    if attr in FORBIDDEN_ATTRS:
+        fail(node, f"the attribute {attr!r} is not allowed")
+
+
+def _check_format(node: ast.Attribute, fail) -> None:
+    """``str.format`` only on a literal whose fields read no attribute: ``"{x.attr}"`` is a getattr the
+    AST cannot see, and a computed format string could spell any attribute."""
+    if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        fail(node, "'.format' is only allowed on a string literal (use an f-string)")
+    try:
+        fields = [f for _, f, spec, _ in string.Formatter().parse(node.value.value) for f in (f, spec) if f]
+    except ValueError as exc:
+        fail(node, f"malformed format string: {exc}")
+    for field in fields:
+        if "." in field or "{" in field:
+            fail(node, f"the format field {field!r} reads an attribute (use an f-string)")
 
 
 def _allowed() -> str:
@@ -248,8 +329,20 @@ _SAFE_BUILTINS.update(
 )
 
 
+_VIEWS: dict[str, types.ModuleType] = {}
+
+
 def _module_view(name: str) -> types.ModuleType:
-    """A stand-in for an allowed module: its public names, no module objects (no path to ``os``)."""
+    """A stand-in for an allowed module: its public names, no module objects (no path to ``os``).
+
+    Built once per process (the worker's template builds them before it forks the episodes, each of
+    which then changes only its own copy)."""
+    if name not in _VIEWS:
+        _VIEWS[name] = _build_view(name)
+    return _VIEWS[name]
+
+
+def _build_view(name: str) -> types.ModuleType:
     module = importlib.import_module(name)
     if name == "__future__":
         return module
@@ -257,6 +350,8 @@ def _module_view(name: str) -> types.ModuleType:
     names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
     for attr in names:
         value = getattr(module, attr, None)
+        if attr in FORBIDDEN_NAMES:
+            continue
         if value is not None and not isinstance(value, types.ModuleType):
             setattr(view, attr, value)
     return view
@@ -270,23 +365,33 @@ def _restricted_import(name: str, globals=None, locals=None, fromlist=(), level=
     return _module_view(name)
 
 
-def load_class(source: str, filename: str = "<harness>", *, restricted: bool = True) -> type:
+def load_class(
+    source: str, filename: str = "<harness>", *, restricted: bool = True, prepared: tuple | None = None
+) -> type:
     """Validate and execute harness ``source``; return its harness class.
 
     ``restricted=False`` is for harnesses shipped with the package when trusted execution is asked
-    for: the same validation, normal builtins.
+    for: the same validation, normal builtins. ``prepared``: ``prepare(source)`` done once already (the
+    worker's template validates and compiles, each episode process only executes).
     """
     from harnesses.base import Harness
 
-    report = validate_source(source, filename)
+    report, code = prepared or prepare(source, filename)
     namespace: dict[str, Any] = {"__name__": "harness_module", "__file__": filename}
     if restricted:
         namespace["__builtins__"] = {**_SAFE_BUILTINS, "__import__": _restricted_import}
-    code = compile(source, filename, "exec")
-    exec(code, namespace)  # noqa: S102 - validated above; untrusted code only runs in the worker process
+    exec(code, namespace)  # noqa: S102 - validated; untrusted code only runs in a sandboxed episode process
     cls = namespace.get(report.class_name)
     if not (isinstance(cls, type) and issubclass(cls, Harness)):
         raise HarnessValidationError(
             f"{filename}: {report.class_name!r} is not a subclass of harnesses.base.Harness"
         )
     return cls
+
+
+def prepare(source: str, filename: str = "<harness>") -> tuple[ValidationReport, Any]:
+    """Validate and compile (nothing of the harness runs): ``(report, code)`` for ``load_class``."""
+    report = validate_source(source, filename)
+    for name in report.imports:  # warm the module views (imports only: shipped or standard modules)
+        _module_view(name)
+    return report, compile(source, filename, "exec")

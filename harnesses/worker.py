@@ -2,7 +2,15 @@
 
 The worker holds no env, no task, no answer and no weights: only the harness code and two proxies
 that forward ``env.*`` and ``llm.*`` calls to the trusted process as JSON lines. It runs many
-episodes at once, one thread each, so their LLM calls can be batched on the trusted side.
+episodes at once, so their LLM calls can be batched on the trusted side.
+
+Episode isolation: the worker is a *template* that never runs harness code. It imports the harness
+API, compiles the harness source once, then ``fork``s one fresh process per episode; the child
+executes the harness module and runs that one episode, talking to the template over its own pair of
+pipes, and is killed (with its process group) when the episode ends. No state flows from one episode
+to another: not class attributes, not module globals, not caches. The template stamps every message
+with the episode id of the pipe it came from, so an episode cannot act for another, and it checks
+each message (size, JSON, shape) before anything reaches the trusted process.
 
 The program is self-contained (``worker_program()`` returns its source, with ``harnesses.base`` and
 ``harnesses.validate`` inlined as modules) because the sandbox hides this project's packages from the
@@ -16,17 +24,28 @@ Protocol (one JSON object per line; worker → trusted on stdout, trusted → wo
     ← {"op": "call", "episode": id, "method": "step", "args": {...}}
     → {"op": "reply", "episode": id, "ok": true, "value": ...} | {..., "ok": false, "error": ...}
     ← {"op": "done", "episode": id, "error": null | "traceback"}
+    → {"op": "kill", "episode": id}          (the episode ran past its time: end its process)
     → {"op": "shutdown"}
+
+Between an episode process and the template the same messages travel without the episode id.
 """
 
 from __future__ import annotations
 
 import json
-import queue
+import os
+import select
+import signal
 import sys
-import threading
 import traceback
 from pathlib import Path
+
+#: The longest message an episode may send (an action, a prompt); a longer one ends the episode.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+#: The deepest nesting of JSON an episode may send.
+MAX_DEPTH = 32
+#: Replies an episode may leave unread before it is ended.
+MAX_PENDING_BYTES = 64 * 1024 * 1024
 
 #: Modules inlined into the worker program, in import order.
 _INLINE = ("harnesses.base", "harnesses.validate")
@@ -65,104 +84,388 @@ def worker_program() -> str:
 
 
 class _Channel:
-    """Line-delimited JSON over the worker's protocol streams; replies are routed to episode threads."""
+    """One episode's side: JSON lines over its own pipes to the template, one call at a time."""
 
     def __init__(self, out, inp):
         self._out = out
         self._in = inp
-        self._lock = threading.Lock()
-        self.replies: dict[int, queue.Queue] = {}
 
     def send(self, msg: dict) -> None:
-        line = json.dumps(msg, ensure_ascii=False)
-        with self._lock:
-            self._out.write(line + "\n")
-            self._out.flush()
+        self._out.write(json.dumps(msg, ensure_ascii=False) + "\n")
+        self._out.flush()
 
-    def call(self, episode: int, method: str, args: dict):
+    def call(self, method: str, args: dict):
         from harnesses.base import HarnessCallError
 
-        self.send({"op": "call", "episode": episode, "method": method, "args": args})
-        reply = self.replies[episode].get()
+        self.send({"op": "call", "method": method, "args": args})
+        line = self._in.readline()
+        if not line:
+            os._exit(0)  # the template is gone
+        reply = json.loads(line)
         if not reply["ok"]:
             raise HarnessCallError(reply["error"])
         return reply["value"]
 
 
 class _EnvProxy:
-    def __init__(self, channel: _Channel, episode: int):
-        self._channel, self._episode = channel, episode
+    def __init__(self, channel: _Channel):
+        self._channel = channel
 
     def reset(self):
-        obs, info = self._channel.call(self._episode, "reset", {})
+        obs, info = self._channel.call("reset", {})
         return obs, info
 
     def step(self, action):
-        obs, reward, terminated, truncated, info = self._channel.call(
-            self._episode, "step", {"action": action}
-        )
+        obs, reward, terminated, truncated, info = self._channel.call("step", {"action": action})
         return obs, reward, terminated, truncated, info
 
 
 class _LLMProxy:
-    def __init__(self, channel: _Channel, episode: int, has_chat_template: bool):
-        self._channel, self._episode = channel, episode
+    def __init__(self, channel: _Channel, has_chat_template: bool):
+        self._channel = channel
         self.has_chat_template = has_chat_template
 
     def complete(self, prompt, **params):
-        return self._channel.call(self._episode, "complete", {"prompt": prompt, "params": params})
+        return self._channel.call("complete", {"prompt": prompt, "params": params})
 
     def sample(self, prompt, n, **params):
-        return self._channel.call(self._episode, "sample", {"prompt": prompt, "n": n, "params": params})
+        return self._channel.call("sample", {"prompt": prompt, "n": n, "params": params})
 
     def complete_many(self, prompts, **params):
-        return self._channel.call(
-            self._episode, "complete_many", {"prompts": list(prompts), "params": params}
-        )
+        return self._channel.call("complete_many", {"prompts": list(prompts), "params": params})
 
     def choose(self, prompt, options):
-        return self._channel.call(self._episode, "choose", {"prompt": prompt, "options": list(options)})
+        return self._channel.call("choose", {"prompt": prompt, "options": list(options)})
 
     def score(self, prompt, continuations):
-        return self._channel.call(
-            self._episode, "score", {"prompt": prompt, "continuations": list(continuations)}
-        )
+        return self._channel.call("score", {"prompt": prompt, "continuations": list(continuations)})
 
 
-def _run_episode(channel: _Channel, cls: type, episode: int, has_chat_template: bool) -> None:
-    error = None
+def _load(first: dict) -> type:
+    from harnesses.validate import load_class
+
+    filename = first.get("filename", "<harness>")
+    cls = load_class(first["source"], filename, restricted=True, prepared=first.get("prepared"))
+    examples = first.get("examples") or ()
+    cls.examples = tuple(examples)  # the documented cross-episode memory (train split only)
+    return cls
+
+
+def _episode(first: dict, rfd: int, wfd: int) -> None:
+    """In the forked child: load the harness, run one episode, report, exit. Never returns."""
+    code = 0
     try:
-        cls().run(_EnvProxy(channel, episode), _LLMProxy(channel, episode, has_chat_template))
-    except BaseException:  # noqa: BLE001 - any failure of the harness is reported, never fatal
-        error = "".join(traceback.format_exc(limit=8))[-4000:]
-    channel.send({"op": "done", "episode": episode, "error": error})
+        os.setpgid(0, 0)
+        _prctl_no_dump()
+        memory = first.get("episode_memory_bytes")
+        if memory:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        channel = _Channel(os.fdopen(wfd, "w", encoding="utf-8"), os.fdopen(rfd, "r", encoding="utf-8"))
+        error = None
+        try:
+            cls = _load(first)
+            cls().run(_EnvProxy(channel), _LLMProxy(channel, bool(first.get("has_chat_template"))))
+        except BaseException:  # noqa: BLE001 - any failure of the harness is reported, never fatal
+            error = "".join(traceback.format_exc(limit=8))[-4000:]
+        channel.send({"op": "done", "error": error})
+    except BaseException:  # noqa: BLE001
+        code = 1
+    os._exit(code)
+
+
+def _prctl_no_dump() -> None:
+    """Siblings (same uid) may not ptrace this process or read its memory through /proc."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
+def _depth(value, limit: int) -> bool:
+    stack = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return False
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return True
+
+
+def parse_message(line: bytes) -> tuple[dict | None, str | None]:
+    """A message from an episode, or (None, why it is refused): not UTF-8, not JSON, too deep, not an
+    object with a string ``op``. Used by the template and again by the trusted side."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"the message is not UTF-8 ({exc.reason} at byte {exc.start})"
+    try:
+        msg = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return None, f"the message is not JSON ({type(exc).__name__})"
+    if not isinstance(msg, dict) or not isinstance(msg.get("op"), str):
+        return None, f"the message is not an object with an 'op' (got {type(msg).__name__})"
+    if not _depth(msg, MAX_DEPTH):
+        return None, f"the message nests deeper than {MAX_DEPTH} levels"
+    return msg, None
+
+
+class _Child:
+    def __init__(self, pid: int, rfd: int, wfd: int):
+        self.pid, self.rfd, self.wfd = pid, rfd, wfd
+        self.buf = bytearray()  # what came from the episode, not yet a whole line
+        self.out = bytearray()  # replies its pipe has not taken yet
+
+
+class _Template:
+    """The worker's main loop: forks episode processes and relays their messages, checked."""
+
+    def __init__(self, first: dict, out_fd: int):
+        self.first = first
+        self.out_fd = out_fd
+        self.children: dict[int, _Child] = {}  # episode id -> its process
+        self.by_fd: dict[int, int] = {}  # read fd -> episode id
+
+    def emit(self, msg: dict) -> None:
+        data = (json.dumps(msg, ensure_ascii=True) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            n = os.write(self.out_fd, view)
+            view = view[n:]
+
+    def start(self, episode: int) -> None:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(to_child_w)
+            os.close(from_child_r)
+            for child in self.children.values():  # no handle on a sibling's channel
+                for fd in (child.rfd, child.wfd):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            os.close(self.out_fd)  # nor on the template's channel to the trusted process
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # stderr is a shared log: an episode must not leave notes there
+                os.dup2(null, fd)
+            _episode(self.first, to_child_r, from_child_w)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        os.set_blocking(to_child_w, False)  # a reply never blocks the template for long (to_child)
+        self.children[episode] = _Child(pid, from_child_r, to_child_w)
+        self.by_fd[from_child_r] = episode
+
+    def end(self, episode: int, error: str | None = None, report: bool = True) -> None:
+        child = self.children.pop(episode, None)
+        if child is None:
+            return
+        self.by_fd.pop(child.rfd, None)
+        for sig_target in (-child.pid, child.pid):
+            try:
+                os.kill(sig_target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for fd in (child.rfd, child.wfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.reap()
+        if report:
+            self.emit({"op": "done", "episode": episode, "error": error})
+
+    def reap(self) -> None:
+        """Collect exited processes; kill orphans (a daemon an episode left behind) that came to us."""
+        live = {c.pid for c in self.children.values()}
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                break
+        try:
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and int(entry) not in live and int(entry) not in (1, os.getpid()):
+                    if _parent(int(entry)) == os.getpid():
+                        os.kill(int(entry), signal.SIGKILL)
+        except OSError:
+            pass
+
+    def from_child(self, episode: int) -> None:
+        child = self.children[episode]
+        try:
+            chunk = os.read(child.rfd, 1 << 20)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.end(episode, "the episode process exited without finishing (killed by a limit?)")
+            return
+        child.buf += chunk
+        while episode in self.children:
+            nl = child.buf.find(b"\n")
+            if nl < 0:
+                if len(child.buf) > MAX_MESSAGE_BYTES:
+                    self.end(episode, f"protocol: a message longer than {MAX_MESSAGE_BYTES} bytes")
+                return
+            line, child.buf = bytes(child.buf[:nl]), child.buf[nl + 1 :]
+            if len(line) > MAX_MESSAGE_BYTES:
+                self.end(episode, f"protocol: a message longer than {MAX_MESSAGE_BYTES} bytes")
+                return
+            msg, why = parse_message(line)
+            if msg is None or msg["op"] not in ("call", "done"):
+                self.end(episode, f"protocol: {why or 'unknown op ' + repr(msg['op'])[:40]}")
+                return
+            if msg["op"] == "done":
+                error = msg.get("error")
+                self.end(episode, error if isinstance(error, str) or error is None else str(error)[:4000])
+                return
+            self.emit(
+                {"op": "call", "episode": episode, "method": msg.get("method"), "args": msg.get("args")}
+            )
+
+    def to_child(self, msg: dict) -> None:
+        """Queue a reply for an episode; written as its pipe takes it, so a stalled episode stalls nobody."""
+        episode = msg.get("episode")
+        child = self.children.get(episode)  # type: ignore[arg-type]
+        if child is None:
+            return
+        reply = {k: v for k, v in msg.items() if k in ("ok", "value", "error")}
+        child.out += (json.dumps(reply, ensure_ascii=False) + "\n").encode()
+        if len(child.out) > MAX_PENDING_BYTES:
+            self.end(episode, "protocol: the episode stopped reading its replies")  # type: ignore[arg-type]
+            return
+        self.flush(episode)  # type: ignore[arg-type]
+
+    def flush(self, episode: int) -> None:
+        child = self.children.get(episode)
+        try:
+            while child is not None and child.out:
+                n = os.write(child.wfd, child.out)
+                del child.out[:n]
+        except BlockingIOError:
+            pass  # the rest goes when the pipe has room (POLLOUT in loop)
+        except OSError:
+            child.out.clear()  # the episode is gone; its end is reported from its read side
+
+    def loop(self, in_fd: int) -> None:
+        buf = bytearray()
+        poller = select.poll()
+        poller.register(in_fd, select.POLLIN)
+        watched = {in_fd}
+        while True:
+            for fd in watched - {in_fd} - set(self.by_fd):  # episodes that ended
+                poller.unregister(fd)
+                watched.discard(fd)
+            for fd in set(self.by_fd) - watched:  # episodes that started
+                poller.register(fd, select.POLLIN)
+                watched.add(fd)
+            writers = {c.wfd: ep for ep, c in self.children.items() if c.out}
+            for wfd in writers:
+                poller.register(wfd, select.POLLOUT)
+            events = poller.poll()
+            for wfd in writers:
+                poller.unregister(wfd)
+            for fd, _ in events:
+                if fd in writers:
+                    self.flush(writers[fd])
+                    continue
+                if fd == in_fd:
+                    chunk = os.read(in_fd, 1 << 20)
+                    if not chunk:
+                        return
+                    buf += chunk
+                    while (nl := buf.find(b"\n")) >= 0:
+                        line, buf = bytes(buf[:nl]), buf[nl + 1 :]
+                        msg = json.loads(line)
+                        op = msg.get("op")
+                        if op == "start":
+                            self.start(msg["episode"])
+                        elif op == "reply":
+                            self.to_child(msg)
+                        elif op == "kill":
+                            self.end(msg["episode"], "killed", report=False)
+                        elif op == "shutdown":
+                            return
+                elif fd in self.by_fd:
+                    self.from_child(self.by_fd[fd])
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _read_line(fd: int) -> bytes:
+    """The first line on ``fd``, read byte-wise so nothing after it is buffered away."""
+    out = bytearray()
+    while not out.endswith(b"\n"):
+        ch = os.read(fd, 1)
+        if not ch:
+            break
+        out += ch
+    return bytes(out)
 
 
 def main() -> None:
-    proto_out = open(sys.stdout.fileno(), "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.stdout = sys.stderr  # the harness's print() must not corrupt the protocol
-    channel = _Channel(proto_out, sys.stdin)
-    first = json.loads(sys.stdin.readline() or "{}")
+    out_fd = os.dup(sys.stdout.fileno())
+    os.dup2(2, 1)  # print() of any code here goes to stderr, never into the protocol
+    sys.stdout = sys.stderr
+    first = json.loads(_read_line(0) or b"{}")
     if first.get("op") != "load":
         return
-    try:
-        from harnesses.validate import load_class
+    _prctl_no_dump()  # episodes (same uid) may not reach the template's pipes through /proc
+    try:  # parse, validate and compile once here (no harness code runs); each episode only executes
+        from harnesses.validate import prepare
 
-        cls = load_class(first["source"], first.get("filename", "<harness>"), restricted=True)
+        first["prepared"] = prepare(first["source"], first.get("filename", "<harness>"))
+        import harnesses.base  # noqa: F401  (imported once, before the forks)
     except BaseException as exc:  # noqa: BLE001
-        channel.send({"op": "load_error", "error": f"{type(exc).__name__}: {exc}"})
+        os.write(
+            out_fd,
+            (
+                json.dumps({"op": "load_error", "error": f"{type(exc).__name__}: {exc}"[:4000]}) + "\n"
+            ).encode(),
+        )
         return
-    channel.send({"op": "ready"})
-    chat = bool(first.get("has_chat_template"))
-    for line in sys.stdin:
-        msg = json.loads(line)
-        op = msg.get("op")
-        if op == "start":
-            ep = msg["episode"]
-            channel.replies[ep] = queue.Queue()
-            threading.Thread(target=_run_episode, args=(channel, cls, ep, chat), daemon=True).start()
-        elif op == "reply":
-            channel.replies[msg["episode"]].put(msg)
-        elif op == "shutdown":
-            break
-    proto_out.flush()
+    template = _Template(first, out_fd)
+    # Check that the harness loads, in a throwaway process (harness code never runs in the template).
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(err_r)
+        os.close(out_fd)
+        try:
+            _load(first)
+            os._exit(0)
+        except BaseException as exc:  # noqa: BLE001
+            os.write(err_w, f"{type(exc).__name__}: {exc}"[:4000].encode("utf-8", "replace"))
+            os._exit(3)
+    os.close(err_w)
+    with os.fdopen(err_r, "rb") as fh:
+        load_error = fh.read().decode("utf-8", "replace")
+    _, status = os.waitpid(pid, 0)
+    if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+        template.emit({"op": "load_error", "error": load_error or f"loading failed (wait status {status})"})
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come to the template
+    except (OSError, AttributeError):
+        pass
+    template.emit({"op": "ready"})
+    template.loop(0)
+    for episode in list(template.children):
+        template.end(episode, report=False)

@@ -98,6 +98,19 @@ def _build_root(cfg):
     for link, target in cfg["symlinks"]:
         os.makedirs(os.path.dirname(root + link), exist_ok=True)
         os.symlink(target, root + link)
+    # The working directory first, and /tmp as a view of it, *before* the read-only binds: a bind whose
+    # path lies under /tmp (a checkout or a venv in the temp directory) then gets its mount point inside
+    # that view instead of creating a directory /tmp that the symlink could not replace.
+    work = root + "/sandbox"
+    os.makedirs(work)
+    uid = cfg["uid"] if cfg["uid"] is not None else 0
+    opts = f"size={cfg['work_bytes']},nr_inodes=4096,mode=700,uid={uid},gid={uid}"
+    _mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV, opts)
+    if any(p == "/tmp" or p.startswith("/tmp/") for p in cfg["ro_binds"]):
+        os.makedirs(root + "/tmp")
+        _mount(work, root + "/tmp", None, MS_BIND)
+    else:
+        os.symlink("sandbox", root + "/tmp")
     for path in cfg["ro_binds"]:
         if os.path.exists(path):
             _bind_readonly(path, root)
@@ -109,16 +122,12 @@ def _build_root(cfg):
     for dev in ("null", "zero", "random", "urandom"):
         open(root + "/dev/" + dev, "a").close()
         _mount("/dev/" + dev, root + "/dev/" + dev, None, MS_BIND)
-    work = root + "/sandbox"
-    os.makedirs(work)
-    uid = cfg["uid"] if cfg["uid"] is not None else 0
-    opts = f"size={cfg['work_bytes']},nr_inodes=4096,mode=700,uid={uid},gid={uid}"
-    _mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV, opts)
-    os.symlink("sandbox", root + "/tmp")
     with open(cfg["code_path"], "rb") as src, open(work + "/main.py", "wb") as dst:
         dst.write(src.read())
     if cfg["uid"] is not None:
         os.chown(work + "/main.py", uid, uid)
+    if not cfg.get("writable", True):  # a program that needs no files gets none (no notes between its parts)
+        _mount(None, work, None, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_RDONLY, opts)
     os.makedirs(root + "/proc")
 
 
@@ -175,6 +184,8 @@ def _exec_worker(cfg):
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{inner_uid} {inner_uid} 1")
         _write("/proc/self/gid_map", f"{inner_gid} {inner_gid} 1")
+    if os.getuid() == 0 and not cfg.get("in_userns"):
+        raise OSError("refusing to run untrusted code as uid 0")
     # After the uid change: RLIMIT_NPROC counts the processes of the (fresh) sandbox uid.
     _limit(resource.RLIMIT_NPROC, lim["processes"])
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)

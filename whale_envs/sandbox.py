@@ -55,6 +55,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -81,6 +82,8 @@ class Limits:
         open_files: file descriptors per process (RLIMIT_NOFILE).
         isolation: "auto", "namespaces" (refuse to run without them) or "none" (rlimits only).
         site_packages: let the code import the installed packages (numpy, sympy, ...) read-only.
+        writable_files: the working directory (and /tmp) is writable; False makes the whole file
+            system read-only (namespaces only), for programs that need no files (the harness worker).
     """
 
     wall_s: float = 10.0
@@ -92,6 +95,7 @@ class Limits:
     open_files: int = 64
     isolation: str = "auto"
     site_packages: bool = True
+    writable_files: bool = True
 
     def validate(self) -> None:
         for name in (
@@ -175,40 +179,134 @@ _STATUS = {
 
 # ------------------------------------------------------------------------------------ isolation
 
+#: The explicit opt-in to run untrusted code without namespaces (the CLI's ``--allow-unisolated`` sets it).
+OPT_IN_ENV = "WHALE_ALLOW_UNISOLATED"
+OPT_IN_FLAG = "--allow-unisolated"
 
-@lru_cache(maxsize=1)
-def isolation_available() -> bool:
-    """Whether this machine can run code in namespaces (Linux, and unshare is permitted). Cached."""
+
+class IsolationUnavailable(RuntimeError):
+    """Untrusted code was about to run, namespaces are unavailable and the opt-in is not given."""
+
+
+def unisolated_opt_in() -> bool:
+    """Whether the user explicitly allowed untrusted code to run without namespaces."""
+    return os.environ.get(OPT_IN_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def allow_unisolated(allowed: bool = True) -> None:
+    """Set the opt-in for this process and its children (what ``--allow-unisolated`` does)."""
+    if allowed:
+        os.environ[OPT_IN_ENV] = "1"
+    else:
+        os.environ.pop(OPT_IN_ENV, None)
+
+
+_PROBES: dict[tuple, str | None] = {}
+_PROBE_LOCK = threading.Lock()
+
+
+def isolation_problem(site_packages: bool = True) -> str | None:
+    """Why untrusted code cannot run in namespaces here, or None when it can.
+
+    The probe runs the configuration that will actually be used (this interpreter, the same bind
+    mounts with or without the installed packages, the same uid switch) and checks that the code ran
+    jailed and not as uid 0. Cached per configuration.
+    """
     if not sys.platform.startswith("linux"):
-        return False
-    result = _run(
-        "import sys; sys.stdout.write('ok')",
-        Limits(wall_s=30, cpu_s=10, isolation="namespaces"),
-        probing=True,
+        return f"Linux namespaces are not available on {sys.platform}"
+    key = (_boot_python(), site_packages, tuple(_site_dirs()) if site_packages else (), os.geteuid())
+    with _PROBE_LOCK:  # one probe per configuration, however many threads ask at once
+        if key not in _PROBES:
+            problem, lasting = _probe(site_packages)
+            if not lasting:  # a probe stopped by its time limit (a busy machine) is asked again later
+                return problem
+            _PROBES[key] = problem
+        return _PROBES[key]
+
+
+def _probe(site_packages: bool) -> tuple[str | None, bool]:
+    """(why isolation is unavailable or None, whether the answer lasts)."""
+    code = "import os, sys; sys.stdout.write('ok %d %d' % (os.getuid(), os.path.exists('/etc/passwd')))"
+    limits = Limits(wall_s=30, cpu_s=10, isolation="namespaces", site_packages=site_packages)
+    result = _run(code, limits, isolation="namespaces", probing=True)
+    if result.limit in ("wall", "cpu"):
+        return f"the sandboxed probe hit its {result.limit} limit (a busy machine?)", False
+    if result.limit == "setup":
+        return f"the sandbox cannot be built here: {result.error}", True
+    if result.exit_code != 0 or not result.stdout.startswith("ok "):
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
+        return f"the sandboxed probe did not run: {detail[0][:300]}", True
+    _, uid, etc = result.stdout.split()
+    if os.geteuid() == 0 and uid == "0":
+        return "the sandboxed probe ran as uid 0", True
+    if etc != "0":
+        return "the sandboxed probe could see the host's /etc", True
+    return None, True
+
+
+def isolation_available(site_packages: bool = True) -> bool:
+    """Whether untrusted code runs in namespaces here (see :func:`isolation_problem` for why not)."""
+    return isolation_problem(site_packages) is None
+
+
+def refusal(problem: str, what: str = "untrusted code") -> str:
+    """The one-line error for a refused unisolated run: the cause and the opt-in."""
+    return (
+        f"refusing to run {what} without isolation: {problem}. To run it anyway with resource limits "
+        f"only (no network or file-system isolation), pass {OPT_IN_FLAG} or set {OPT_IN_ENV}=1"
     )
-    return result.exit_code == 0 and result.stdout == "ok"
+
+
+def require_isolation(what: str = "untrusted code", *, site_packages: bool = True) -> str:
+    """The isolation ``what`` will run under: ``"namespaces"``, or ``"none (opt-in)"`` when the user
+    opted in; raises :class:`IsolationUnavailable` (cause + opt-in) otherwise."""
+    problem = isolation_problem(site_packages)
+    if problem is None:
+        return "namespaces"
+    if unisolated_opt_in():
+        return UNISOLATED_LABEL
+    raise IsolationUnavailable(refusal(problem, what))
+
+
+#: How a run under the opt-in is labelled in results.json, the ledger and the report.
+UNISOLATED_LABEL = f"none (unisolated by opt-in {OPT_IN_ENV})"
+
+
+def isolation_label(site_packages: bool | None = None) -> str:
+    """``"namespaces"``, :data:`UNISOLATED_LABEL` (a run under the opt-in), or ``"unavailable"``.
+
+    ``site_packages=None``: both configurations (the tool's and the harness worker's) must be isolated.
+    """
+    configs = (True, False) if site_packages is None else (site_packages,)
+    if all(isolation_problem(c) is None for c in configs):
+        return "namespaces"
+    return UNISOLATED_LABEL if unisolated_opt_in() else "unavailable"
 
 
 _WARNED = False
 
 
-def _choose_isolation(limits: Limits) -> str:
+def _choose_isolation(limits: Limits) -> tuple[str, str | None]:
+    """(isolation to use, None) or ("unavailable", why): fails closed unless the user opted in."""
     global _WARNED
     if limits.isolation == "none":
-        return "none"
-    if isolation_available():
-        return "namespaces"
-    if limits.isolation == "namespaces":
-        return "unavailable"
+        if unisolated_opt_in():
+            return "none", None
+        return "unavailable", refusal("isolation='none' was asked for")
+    problem = isolation_problem(limits.site_packages)
+    if problem is None:
+        return "namespaces", None
+    if limits.isolation == "namespaces" or not unisolated_opt_in():
+        return "unavailable", refusal(problem)
     if not _WARNED:
         _WARNED = True
         warnings.warn(
-            "whale_envs.sandbox: Linux namespaces are not available here; model code runs with resource "
-            "limits only (no network or file-system isolation). See the module docstring.",
+            f"whale_envs.sandbox: {problem}; untrusted code runs with resource limits only (no network or "
+            f"file-system isolation) because {OPT_IN_ENV} is set",
             RuntimeWarning,
             stacklevel=3,
         )
-    return "none"
+    return "none", None
 
 
 # ------------------------------------------------------------------------------------ the run
@@ -222,16 +320,23 @@ def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
     """
     limits = limits or Limits()
     limits.validate()
-    isolation = _choose_isolation(limits)
+    isolation, why = _choose_isolation(limits)
     if isolation == "unavailable":
         return SandboxResult(
-            exit_code=None,
-            limit="setup",
-            isolation="none",
-            error="isolation='namespaces' was required but Linux namespaces are not available here",
-            details=asdict(limits),
+            exit_code=None, limit="setup", isolation="none", error=why, details=asdict(limits)
         )
     return _run(code, limits, isolation=isolation)
+
+
+def _root_problem(isolation: str) -> str | None:
+    """Why the code would run as uid 0 (it never may), or None. Only the unisolated path can: there the
+    sandbox uid must be able to read the interpreter where it lies on the host."""
+    if isolation == "none" and os.geteuid() == 0 and not _world_readable(_boot_python()):
+        return (
+            f"the interpreter {_boot_python()} is not readable by an unprivileged uid, and untrusted code "
+            "never runs as uid 0"
+        )
+    return None
 
 
 def _prepare(code: str, limits: Limits, isolation: str) -> tuple[Path, dict]:
@@ -241,8 +346,6 @@ def _prepare(code: str, limits: Limits, isolation: str) -> tuple[Path, dict]:
     code_path = tmp / "code.py"
     code_path.write_text(code, encoding="utf-8", errors="replace")
     cfg = _boot_config(tmp, code_path, limits, isolation, uid)
-    if isolation == "none" and uid is not None and not _world_readable(cfg["python"]):
-        cfg["uid"] = None  # the interpreter lives where an unprivileged uid cannot read it
     if cfg["uid"] is not None:
         tmp.chmod(0o755)
     return tmp, cfg
@@ -261,6 +364,9 @@ def _popen(tmp: Path, cfg: dict, **streams) -> subprocess.Popen:
 
 def _run(code: str, limits: Limits, *, isolation: str = "namespaces", probing: bool = False) -> SandboxResult:
     details = asdict(limits)
+    problem = _root_problem(isolation)
+    if problem:
+        return SandboxResult(limit="setup", error=problem + " (the code was not run)", details=details)
     tmp, cfg = _prepare(code, limits, isolation)
     uid = cfg["uid"]
     try:
@@ -364,9 +470,12 @@ def spawn_python(code: str, limits: Limits | None = None) -> SandboxProcess:
     """
     limits = limits or Limits()
     limits.validate()
-    isolation = _choose_isolation(limits)
+    isolation, why = _choose_isolation(limits)
     if isolation == "unavailable":
-        raise RuntimeError("isolation='namespaces' was required but Linux namespaces are not available here")
+        raise IsolationUnavailable(why)
+    problem = _root_problem(isolation)
+    if problem:
+        raise IsolationUnavailable(problem)
     tmp, cfg = _prepare(code, limits, isolation)
     stderr_file = open(tmp / "stderr.log", "wb")  # noqa: SIM115 - closed by SandboxProcess.close
     try:
@@ -544,7 +653,7 @@ def _boot_config(tmp: Path, code_path: Path, limits: Limits, isolation: str, uid
     python = _boot_python()
     prefix = os.path.realpath(sys.base_prefix)
     site = _site_dirs() if limits.site_packages else []
-    ro_binds = ["/usr", prefix, *site]
+    ro_binds = ["/usr", prefix, os.path.dirname(python), *site]  # the interpreter may lie outside prefix
     for name in ("/etc/ld.so.cache",):
         ro_binds.append(name)
     symlinks = []
@@ -582,6 +691,7 @@ def _boot_config(tmp: Path, code_path: Path, limits: Limits, isolation: str, uid
         "hide": hidden,
         "uid": uid,
         "work_bytes": limits.file_mb * 1024 * 1024,
+        "writable": bool(limits.writable_files),
         "env": env,
         "limits": {
             "cpu_s": max(1, math.ceil(limits.cpu_s)),

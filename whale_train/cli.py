@@ -260,15 +260,16 @@ def evaluate(args: argparse.Namespace) -> dict:
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts, summarize, write_jsonl
+    from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
 
     env = _make_env(args.env, args.tasks, args.split).unwrapped
     harness = load_harness_for(args.harness, args.env, trusted=args.trusted)
     task_ids = env.task_ids[: args.limit] if args.limit else env.task_ids
-    llm = _load_llm(args)
     config = RolloutConfig(
-        k=args.k, seed=args.seed, concurrency=args.concurrency, trusted=args.trusted, limits=EpisodeLimits()
+        k=args.k, seed=args.seed, concurrency=args.concurrency, trusted=args.trusted, limits=_limits(args)
     )
+    isolation = _preflight(config, env, harness)
+    llm = _load_llm(args)
     env_kwargs = {"split": args.split, **({"tasks": args.tasks} if args.tasks else {})}
     start = time.monotonic()
     with Progress(
@@ -299,6 +300,7 @@ def evaluate(args: argparse.Namespace) -> dict:
         "backend": args.backend,
         "k": args.k,
         "seed": args.seed,
+        "isolation": isolation,
         "wall_seconds": round(wall, 2),
         "episodes_per_second": round(len(trajs) / wall, 2) if wall else None,
         **summary,
@@ -318,6 +320,39 @@ def evaluate(args: argparse.Namespace) -> dict:
     return results
 
 
+def _limits(args: argparse.Namespace):
+    from whale_train.rollout import EpisodeLimits
+
+    try:
+        return EpisodeLimits(
+            max_llm_calls=args.max_llm_calls, max_tokens=args.max_tokens, harness_seconds=args.episode_timeout
+        )
+    except ValueError as exc:
+        raise CLIError(f"--episode-timeout/--max-llm-calls/--max-tokens: {exc}") from None
+
+
+def _preflight(config, env, harness) -> str:
+    from whale_envs.sandbox import IsolationUnavailable
+    from whale_train.rollout import preflight
+
+    try:
+        return preflight(config, env, harness)
+    except IsolationUnavailable as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _add_limit_flags(p: argparse.ArgumentParser, timeout: float, calls: int) -> None:
+    p.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=timeout,
+        metavar="S",
+        help="seconds a harness may compute between two env/model calls (per episode)",
+    )
+    p.add_argument("--max-llm-calls", type=int, default=calls, help="model requests per episode")
+    p.add_argument("--max-tokens", type=int, default=512, help="new tokens per model request")
+
+
 def _print_results(r: dict) -> None:
     table = Table(title=f"{r['harness']} · {r['env']} · {r['task_source']} ({r['split']})")
     table.add_column("metric")
@@ -332,6 +367,7 @@ def _print_results(r: dict) -> None:
     table.add_row("LLM calls", str(r["llm_calls"]))
     table.add_row("tokens (prompt / completion)", f"{r['prompt_tokens']} / {r['completion_tokens']}")
     table.add_row("wall time", f"{r['wall_seconds']:.1f} s ({r['episodes_per_second']} episodes/s)")
+    table.add_row("isolation", r["isolation"])
     console.print(table)
 
 
@@ -352,17 +388,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from harnesses.check import check_harness
+    from whale_train.rollout import RolloutConfig
 
-    _make_env(args.env, args.tasks, "train")  # a bad env or task source is a user error, before any work
+    env = _make_env(args.env, args.tasks, "train").unwrapped  # a bad env or task source: a user error first
     harness = load_harness_for(args.harness, args.env, trusted=args.trusted)
     env_kwargs = {"tasks": args.tasks} if args.tasks else {}
-    with console.status(
-        f"check_harness: {harness.name} on {args.n_tasks} {args.env} tasks with null models ..."
-    ):
+    limits = _limits(args)
+    isolation = _preflight(RolloutConfig(trusted=args.trusted), env, harness)
+    with errors.status(f"check_harness {harness.name}: starting") as status:
         report = check_harness(
-            harness, args.env, env_kwargs=env_kwargs, n_tasks=args.n_tasks, trusted=args.trusted
+            harness,
+            args.env,
+            env_kwargs=env_kwargs,
+            n_tasks=args.n_tasks,
+            trusted=args.trusted,
+            harness_seconds=limits.harness_seconds,
+            max_llm_calls=limits.max_llm_calls,
+            max_tokens=limits.max_tokens,
+            progress=lambda done, total, mode: status.update(
+                f"check_harness {harness.name}: {done}/{total} episodes ({mode} model)"
+            ),
         )
     console.print(str(report), markup=False, highlight=False)
+    console.print(f"  isolation: {isolation}", markup=False, highlight=False)
     return 0 if report.ok else 1
 
 
@@ -416,6 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--trusted", action="store_true", help="run a shipped harness in this process (faster)")
     p.add_argument("--out", default=None, help="write results.json and traces.jsonl here")
+    _add_limit_flags(p, 30.0, 64)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("check", help="check_harness: run a harness with null models and report what breaks")
@@ -424,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
     p.add_argument("--n-tasks", type=count(1), default=16, help="train-split tasks to run the checks on")
     p.add_argument("--trusted", action="store_true", help="run a shipped harness in this process (faster)")
+    _add_limit_flags(p, 10.0, 64)
     p.set_defaults(func=cmd_check)
 
     # Commands that live with their subsystem: each module adds its own subcommand.
@@ -436,11 +486,25 @@ def build_parser() -> argparse.ArgumentParser:
         "whale_train.traces",
     ):
         importlib.import_module(module).add_parser(sub)
+    from whale_envs.sandbox import OPT_IN_ENV, OPT_IN_FLAG
+
+    for command in sub.choices.values():  # the isolation opt-in, on every command
+        command.add_argument(
+            OPT_IN_FLAG,
+            action="store_true",
+            dest="allow_unisolated",
+            help=f"run untrusted code without namespaces if they are unavailable (= {OPT_IN_ENV}=1); "
+            "every output then says so",
+        )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "allow_unisolated", False):
+        from whale_envs.sandbox import allow_unisolated
+
+        allow_unisolated()
     try:
         return args.func(args)
     except (CLIError, TaskSourceError) as exc:  # escaped: `[gpu]` in a message is text, not markup

@@ -3,13 +3,15 @@
 Both executors serve the same ``Episode`` operations and feed the same ``Batcher``; they differ only in
 how the harness's handle calls reach the trusted side.
 
-The worker executor keeps ``concurrency`` episodes in flight in one worker process. A watchdog ends an
-episode whose harness computes for longer than ``limits.harness_seconds`` without calling a handle:
-the worker is killed (a thread cannot be stopped), that episode is recorded as a timeout, and the
-other in-flight episodes start again from scratch in a fresh worker (their seeds make the rerun
-identical). A worker that dies by itself (memory limit, crash) ends its in-flight episodes with the
-reason; after ``MAX_WORKER_RESTARTS`` deaths the remaining episodes are recorded as failed without
-running, so one bad harness cannot stall an evaluation.
+The worker executor keeps ``concurrency`` episodes in flight in one sandboxed worker, each episode in
+a fresh process of its own forked from the worker's warm template (``harnesses.worker``), so no state
+flows between episodes. A watchdog ends every episode whose harness computes for longer than
+``limits.harness_seconds`` without calling a handle, or whose whole wall time passes
+``limits.episode_seconds``: that episode's process is killed and recorded as a timeout, the others
+go on (a batch of looping episodes costs one timeout, not one per episode). Every message from the
+worker is checked (size, UTF-8, JSON, shape, a known episode id); a worker that breaks the protocol or
+dies ends its in-flight episodes with the reason; after ``MAX_WORKER_RESTARTS`` deaths the remaining
+episodes are recorded as failed without running, so one bad harness cannot stall an evaluation.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ import gymnasium as gym
 
 from harnesses.base import HarnessCallError
 from harnesses.loader import HarnessRef
-from harnesses.worker import worker_program
-from whale_envs.sandbox import Limits, spawn_python
+from harnesses.worker import MAX_MESSAGE_BYTES, parse_message, worker_program
+from whale_envs.sandbox import IsolationUnavailable, Limits, spawn_python
 from whale_train.llm.base import LLM
 from whale_train.rollout import Batcher, Episode, RolloutConfig, Trajectory, stable_seed
 
@@ -113,6 +115,8 @@ class _DirectLLM:
 
 def _run_in_process(harness, llm, jobs, new_episode, close_episode, batcher, config) -> list[Trajectory]:
     cls = harness.load_trusted()
+    if config.examples:
+        cls = type(cls.__name__, (cls,), {"examples": tuple(config.examples)})
     chat = bool(llm.has_chat_template)
 
     def one(job: Job) -> Trajectory:
@@ -145,9 +149,11 @@ class _Worker:
             wall_s=86_400,
             cpu_s=86_400,
             memory_mb=config.worker_memory_mb,
-            max_processes=config.concurrency + 32,  # threads count here: one per episode in flight
+            max_processes=config.concurrency + 32,  # one process per episode in flight
+            open_files=4 * config.concurrency + 64,  # the template holds two pipes per episode
             file_mb=16,
             site_packages=False,  # the worker needs the standard library only
+            writable_files=False,  # no file an episode could leave for a later one
         )
         self.proc = spawn_python(worker_program(), limits)
         self._lock = threading.Lock()
@@ -158,16 +164,33 @@ class _Worker:
                 "source": harness.source,
                 "filename": harness.filename,
                 "has_chat_template": has_chat_template,
+                "examples": list(config.examples),
+                "episode_memory_bytes": config.episode_memory_mb * 1024 * 1024,
             }
         )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
-            try:
-                self.inbox.put((self, json.loads(line)))
-            except json.JSONDecodeError:
-                continue
+        """Any bytes may come: a message that is not a checked protocol object ends the worker."""
+        stream = self.proc.stdout.buffer
+        try:
+            while True:
+                line = stream.readline(MAX_MESSAGE_BYTES + 2)
+                if not line:
+                    break
+                if not line.endswith(b"\n") and len(line) > MAX_MESSAGE_BYTES:
+                    self.inbox.put(
+                        (self, {"op": "protocol", "error": f"a message over {MAX_MESSAGE_BYTES} bytes"})
+                    )
+                    return
+                msg, why = parse_message(line.rstrip(b"\n"))
+                if msg is None:
+                    self.inbox.put((self, {"op": "protocol", "error": why}))
+                    return
+                self.inbox.put((self, msg))
+        except (OSError, ValueError) as exc:
+            self.inbox.put((self, {"op": "protocol", "error": f"reading the worker failed: {exc}"}))
+            return
         self.inbox.put((self, {"op": "exit"}))
 
     def send(self, msg: dict) -> bool:
@@ -227,6 +250,8 @@ class _WorkerRun:
     def _start_worker(self) -> bool:
         try:
             self.worker = _Worker(self.harness, bool(self.llm.has_chat_template), self.config, self.inbox)
+        except IsolationUnavailable:
+            raise  # not the harness's fault: the run stops with the cause and the opt-in
         except RuntimeError as exc:
             self._fail_remaining(f"harness_error: the sandboxed worker cannot start: {exc}")
             return False
@@ -238,7 +263,7 @@ class _WorkerRun:
                 continue
             if worker is not self.worker:
                 continue
-            if msg["op"] == "ready":
+            if msg.get("op") == "ready":
                 return True
             reason = msg.get("error") or f"the worker exited while loading: {worker.stderr_tail()}"
             self._fail_remaining(f"harness_error: could not load the harness: {reason}")
@@ -258,18 +283,6 @@ class _WorkerRun:
             self.worker.kill()
             self.worker = None
 
-    def _restart(self, requeue: list[Episode]) -> None:
-        """Kill the worker and start the given episodes again later, from scratch."""
-        assert self.worker is not None
-        self.worker.kill()
-        self.worker = None
-        for ep in requeue:
-            self.batcher.leave()
-            self.todo.appendleft((ep.task_id, ep.traj.sample))
-            self.close_episode(ep, "requeued", record=False)
-        self.in_flight.clear()
-        self.restarts += 1
-
     # ------------------------------------------------------------ episodes
 
     def _fill(self) -> None:
@@ -287,19 +300,27 @@ class _WorkerRun:
         if op == "exit":
             self._worker_died()
             return
-        eid = msg.get("episode")
-        ep = self.in_flight.get(eid)  # type: ignore[arg-type]
-        if ep is None:
+        if op == "protocol":
+            self._worker_died(f"the worker broke the protocol: {msg.get('error')}")
             return
+        eid = msg.get("episode")
+        ep = self.in_flight.get(eid) if isinstance(eid, int) and not isinstance(eid, bool) else None
+        if ep is None:
+            return  # a late message of an episode already ended (killed, timed out)
         if op == "done":
             del self.in_flight[eid]
             self.batcher.leave()
             error = msg.get("error")
+            error = error if isinstance(error, str) or error is None else repr(error)[:4000]
             self.results.append(self.close_episode(ep, f"harness_error: {error}" if error else None))
         elif op == "call":
             ep.busy_in_harness = False
+            args = msg.get("args")
+            if not isinstance(args, dict) or not isinstance(msg.get("method"), str):
+                self._reply(ep, eid, None, "a call needs a method name and an object of arguments")
+                return
             try:
-                future = ep.call(str(msg.get("method")), dict(msg.get("args") or {}))
+                future = ep.call(msg["method"], args)
             except HarnessCallError as exc:
                 self._reply(ep, eid, None, str(exc))
                 return
@@ -325,26 +346,31 @@ class _WorkerRun:
             worker.send(msg)
 
     def _watchdog(self) -> None:
-        limit = self.config.limits.harness_seconds
+        """End every episode past a limit at once (each in its own process: the others go on)."""
         now = time.monotonic()
         for eid, ep in list(self.in_flight.items()):
-            if ep.busy_in_harness and now - ep.last_activity > limit:
+            why = ep.overdue(now)
+            if why:
                 del self.in_flight[eid]
                 self.batcher.leave()
-                msg = f"timeout: the harness computed for more than {limit:g} s without calling the env or the model"
-                self.results.append(self.close_episode(ep, msg))
-                self._restart(list(self.in_flight.values()))
-                return
+                if self.worker is not None:
+                    self.worker.send({"op": "kill", "episode": eid})
+                self.results.append(self.close_episode(ep, why))
 
-    def _worker_died(self) -> None:
+    def _worker_died(self, reason: str | None = None) -> None:
         assert self.worker is not None
         code = self.worker.proc.poll()
-        if code is None:
+        if code is None and reason is None:
             time.sleep(0.1)
             code = self.worker.proc.poll()
         tail = self.worker.stderr_tail(600)
         hint = " (memory limit?)" if "MemoryError" in tail or code in (-9, 137) else ""
-        error = f"harness_error: the worker process died (exit status {code}){hint}: {tail.strip()[-400:]}"
+        if reason:
+            error = f"harness_error: {reason}"
+        else:
+            error = (
+                f"harness_error: the worker process died (exit status {code}){hint}: {tail.strip()[-400:]}"
+            )
         for ep in list(self.in_flight.values()):
             self.batcher.leave()
             self.results.append(self.close_episode(ep, error))

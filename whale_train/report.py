@@ -61,6 +61,7 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         "best_se": best["se"] if best else None,
         "best_at": best["rollouts_total"] if best else None,
         "final_mean": evals[-1]["mean"] if evals else None,
+        "isolation": next((e.get("isolation") for e in events if e["event"] == "start"), None),
         "finished": stop is not None,
         "stop_reason": stop["reason"] if stop else "",
         # the run's wall time as the console printed it (units, evaluations, start-up of every session);
@@ -267,6 +268,7 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
             "",
             f"Stopped: {s['stop_reason'] or 'not finished'}",
             "",
+            *([f"**Isolation: {s['isolation']}**", ""] if s["isolation"] not in (None, "namespaces") else []),
             "Phase switches:",
             "",
         ]

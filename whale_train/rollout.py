@@ -276,13 +276,40 @@ class Batcher:
 
 @dataclass(frozen=True)
 class EpisodeLimits:
-    """Per-episode bounds. ``max_llm_calls`` counts requests (a vote of 8 is 8); ``max_tokens`` caps
-    any single request; ``harness_seconds`` bounds the harness's own compute between two handle calls
-    (time spent waiting for the model or the env does not count)."""
+    """Per-episode bounds, enforced on the trusted side for each episode separately.
+
+    ``max_llm_calls`` counts requests (a vote of 8 is 8; a ``choose``/``score`` is 1); ``max_tokens``
+    caps the new tokens of any single request; ``harness_seconds`` bounds the harness's own compute
+    between two handle calls (time spent waiting for the model or the env does not count; the CLI's
+    ``--episode-timeout``). ``score``/``choose``: a prompt longer than ``max_prompt_chars`` keeps its
+    end (as ``complete`` keeps the last tokens that fit), at most ``max_options`` options and
+    ``max_scored_chars`` characters of options per call. An action longer than ``max_action_chars``
+    is refused."""
 
     max_llm_calls: int = 64
     max_tokens: int = 512
     harness_seconds: float = 30.0
+    max_prompt_chars: int = 32_768
+    max_options: int = 256
+    max_scored_chars: int = 65_536
+    max_action_chars: int = 65_536
+
+    def __post_init__(self):
+        for name in (
+            "max_llm_calls",
+            "max_tokens",
+            "max_prompt_chars",
+            "max_options",
+            "max_scored_chars",
+            "max_action_chars",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.harness_seconds, (int, float)) or self.harness_seconds <= 0:
+            raise ValueError(
+                f"harness_seconds (the episode timeout) must be positive, got {self.harness_seconds!r}"
+            )
 
 
 _PARAM_KEYS = {"temperature", "top_p", "max_tokens", "stop"}
@@ -312,6 +339,7 @@ class Episode:
         self.batcher = batcher
         self.limits = limits
         self._reset_done = False
+        self._ended = False
         self._n_requests = 0
         self._started = time.monotonic()
         self.last_activity = self._started
@@ -349,11 +377,24 @@ class Episode:
         self.traj.reset_observation = obs
         return self._done((obs, jsonable(info)))
 
+    def overdue(self, now: float) -> str | None:
+        """Why this episode must end now (its harness computed too long), or None."""
+        limit = self.limits.harness_seconds
+        if self.busy_in_harness and now - self.last_activity > limit:
+            return f"timeout: the harness computed for more than {limit:g} s without calling the env or the model"
+        return None
+
     def _op_step(self, action: Any) -> Future:
         if not self._reset_done:
             raise HarnessCallError("call env.reset() before env.step()")
+        if self._ended:
+            raise HarnessCallError("the episode has ended: no more env.step() calls")
         if not isinstance(action, str):
             action = str(action)
+        if len(action) > self.limits.max_action_chars:
+            raise HarnessCallError(
+                f"an action of {len(action)} characters is over this run's limit of {self.limits.max_action_chars}"
+            )
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.traj.steps.append(
             EnvStep(
@@ -367,11 +408,18 @@ class Episode:
             )
         )
         self.traj.reward += float(reward)
+        shown = info
         if terminated or truncated:
+            self._ended = True
             self.traj.final_info = jsonable(
                 {k: v for k, v in info.items() if k not in ("legal_moves_uci", "legal_moves_san")}
             )
-        return self._done((obs, float(reward), bool(terminated), bool(truncated), jsonable(info)))
+            # The end-of-episode record (the gold answer, the solution line) is the trusted side's: the
+            # harness learns whether it solved the task, never the answer it could replay in another episode.
+            final = getattr(self.env.unwrapped, "_final_info", None)
+            withheld = set(final()) - {"solved"} if callable(final) else set()
+            shown = {k: v for k, v in info.items() if k not in withheld}
+        return self._done((obs, float(reward), bool(terminated), bool(truncated), jsonable(shown)))
 
     def _params(self, params: dict[str, Any]) -> SamplingParams:
         unknown = set(params) - _PARAM_KEYS
@@ -444,6 +492,17 @@ class Episode:
         _check_prompt(prompt)
         if not isinstance(options, list) or not options or not all(isinstance(o, str) and o for o in options):
             raise HarnessCallError("options must be a non-empty list of non-empty strings")
+        lim = self.limits
+        if len(options) > lim.max_options:
+            raise HarnessCallError(
+                f"{len(options)} options is over this run's limit of {lim.max_options} per call"
+            )
+        if sum(map(len, options)) > lim.max_scored_chars:
+            raise HarnessCallError(
+                f"the options hold {sum(map(len, options))} characters, over this run's limit of "
+                f"{lim.max_scored_chars} per call"
+            )
+        prompt = _keep_end(prompt, lim.max_prompt_chars)
         if self._n_requests + 1 > self.limits.max_llm_calls:
             raise HarnessCallError(
                 f"LLM call limit reached ({self.limits.max_llm_calls} requests per episode)"
@@ -506,6 +565,21 @@ class Episode:
         return t
 
 
+def _keep_end(prompt: Any, max_chars: int) -> Any:
+    """``prompt`` cut to its last ``max_chars`` characters (chat: the earliest message text goes first)."""
+    if isinstance(prompt, str):
+        return prompt[-max_chars:] if len(prompt) > max_chars else prompt
+    total = sum(len(m["content"]) for m in prompt)
+    if total <= max_chars:
+        return prompt
+    out, excess = [], total - max_chars
+    for m in prompt:
+        cut = min(excess, len(m["content"]))
+        excess -= cut
+        out.append({**m, "content": m["content"][cut:]})
+    return out
+
+
 def _check_prompt(prompt: Any) -> None:
     if isinstance(prompt, str):
         return
@@ -559,7 +633,12 @@ class RolloutConfig:
         max_wait: seconds the batcher waits for stragglers before flushing a partial batch.
         limits: per-episode limits.
         trusted: run the harness in this process (only for harnesses shipped with the package).
-        worker_memory_mb: address-space limit of the worker process (untrusted harnesses).
+        worker_memory_mb: address-space limit of the worker's template process (untrusted harnesses).
+        episode_memory_mb: address-space limit of each episode's process; all of them together are
+            bounded by ``episode_memory_mb * concurrency``.
+        examples: the documented cross-episode memory: plain JSON values (few-shot examples built from
+            the *train* split by the caller) that every episode's harness sees as ``self.examples``.
+            Evaluation episodes never feed it.
     """
 
     k: int = 1
@@ -569,6 +648,8 @@ class RolloutConfig:
     limits: EpisodeLimits = field(default_factory=EpisodeLimits)
     trusted: bool = False
     worker_memory_mb: int = 4096
+    episode_memory_mb: int = 1024
+    examples: tuple = ()
 
 
 def run_rollouts(
@@ -591,6 +672,7 @@ def run_rollouts(
     config = config or RolloutConfig()
     env_kwargs = {"split": "test", **(env_kwargs or {})}
     probe = gym.make(env_id, **env_kwargs)
+    preflight(config, probe.unwrapped, harness)
     ids = list(task_ids) if task_ids is not None else list(probe.unwrapped.task_ids)
     jobs = [(task_id, s) for s in range(config.k) for task_id in ids]
     envs: list[gym.Env] = [probe]
@@ -604,6 +686,27 @@ def run_rollouts(
     trajs = run_episodes(harness, env_id, llm, jobs, make_env, recycle, config, progress)
     order = {(t, s): i for i, (t, s) in enumerate((t, s) for t in ids for s in range(config.k))}
     return sorted(trajs, key=lambda tr: order[(tr.task_id, tr.sample)])
+
+
+def preflight(config: RolloutConfig, env: Any, harness: Any = None) -> str:
+    """Refuse before any episode runs when untrusted code would run without isolation.
+
+    Untrusted code: the harness (unless ``config.trusted``) and the model-written code of an env's
+    sandboxed tool (``env.uses_sandbox``). Returns the isolation label of the run (``"namespaces"``,
+    the opt-in label, or ``"in-process"`` when nothing untrusted runs); raises
+    ``whale_envs.sandbox.IsolationUnavailable`` with the cause and the opt-in.
+    """
+    from whale_envs.sandbox import UNISOLATED_LABEL, require_isolation
+
+    labels = []
+    if not config.trusted:
+        name = getattr(harness, "name", "the harness")
+        labels.append(require_isolation(f"the untrusted harness {name}", site_packages=False))
+    if getattr(env, "uses_sandbox", False):
+        labels.append(require_isolation("model-written tool code", site_packages=True))
+    if UNISOLATED_LABEL in labels:
+        return UNISOLATED_LABEL
+    return "namespaces" if labels else "in-process"
 
 
 # ------------------------------------------------------------------------------------- metrics

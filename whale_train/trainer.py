@@ -568,6 +568,7 @@ class Run:
                     "method": self.config.method,
                     "env": self.config.env,
                     "budget": self.config.budget_rollouts,
+                    "isolation": _isolation_label(),
                 }
             )
             self.evaluate()
@@ -886,3 +887,10 @@ def cmd_train(args) -> int:
 
 def run_evals(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in open(Path(run_dir) / "ledger.jsonl") if '"event": "eval"' in line]
+
+
+def _isolation_label() -> str:
+    """How untrusted code of this run is isolated (a run under the opt-in says so in the ledger)."""
+    from whale_envs.sandbox import isolation_label
+
+    return isolation_label()

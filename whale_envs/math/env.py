@@ -3,10 +3,11 @@
 Actions (one per step; leading white space ignored, prefixes case-insensitive):
 
 * ``answer: <text>`` — the final answer; ends the episode. When the text holds several answers, the
-  **last one counts**: the last ``\\boxed{...}`` if there is one, else the text after the last
-  ``answer:``.
-* any text containing ``\\boxed{...}`` — also a final answer (the last box counts), so a model's whole
-  worked solution can be sent as is.
+  **last one counts**: the last ``\\boxed{...}`` if there is one, else the rest of the line of the
+  last ``answer:``.
+* any text containing a closed ``\\boxed{...}`` — also a final answer (the last box counts), so a
+  model's whole worked solution can be sent as is. A last box left unclosed is a malformed action.
+  The accepted and rejected forms are listed in docs/envs/math.md.
 * ``python: <code>`` — runs ``code`` in a fresh sandboxed interpreter (:mod:`whale_envs.sandbox`); its
   stdout and stderr (cut with a note past ``tool_output_chars``) are the next observation. Each call
   starts from scratch (print what you need). At most ``max_tool_calls`` calls per episode; a Markdown
@@ -57,13 +58,16 @@ def parse_action(action: str) -> tuple[str, str]:
             raise ActionError("'python:' must be followed by code, e.g. 'python: print(12 * 34)'")
         return "python", code
     boxes = boxed_contents(text)
+    opened = list(re.finditer(r"\\(?:boxed|fbox)", text))
+    if opened and not boxed_contents(text[opened[-1].start() :]):
+        raise ActionError("the last \\boxed{ is not closed; put the final answer in a closed \\boxed{...}")
     if boxes:
         if not boxes[-1].strip():
             raise ActionError("the last \\boxed{} is empty; put the final answer inside it")
         return "answer", "\\boxed{" + boxes[-1] + "}"
     if _ANSWER.match(text):
         last = list(_ANSWER.finditer(text))[-1]
-        answer = text[last.end() :].strip()
+        answer = text[last.end() :].split("\n", 1)[0].strip()  # the rest of the last 'answer:' line
         if not answer:
             raise ActionError("'answer:' must be followed by the answer, e.g. 'answer: 42'")
         return "answer", answer
@@ -122,6 +126,11 @@ class MathEnv(TextEnv[MathProblem]):
         super().__init__(
             tasks, split=split, task_options=task_options, max_turns=max_turns, render_mode=render_mode
         )
+
+    @property
+    def uses_sandbox(self) -> bool:
+        """Whether episodes may run model-written code (the rollout engine checks isolation first)."""
+        return self.max_tool_calls > 0
 
     def _default_max_turns(self, task: Task[MathProblem]) -> int:
         return self.max_tool_calls + 2

@@ -58,7 +58,7 @@ class Verdict:
     extracted: str | None  # the answer taken from the agent's text (last box), before normalization
     normalized: str  # the normalized answer
     gold: str  # the normalized gold answer
-    matcher: str  # "exact" | "numeric" | "math_verify" | "sympy" | "timeout" | "none"
+    matcher: str  # "exact" | "numeric" | "math_verify" | "sympy" | "timeout" | "malformed" | "none"
     timed_out: bool = False
 
     def as_info(self) -> dict[str, Any]:
@@ -73,7 +73,8 @@ _BOX = re.compile(r"\\(?:boxed|fbox)\s*")
 def boxed_contents(text: str) -> list[str]:
     """The contents of every ``\\boxed{...}`` / ``\\fbox{...}`` in ``text`` (balanced braces), in order.
 
-    ``\\boxed 5`` (no braces) yields its single token. An unclosed box yields the rest of the text.
+    ``\\boxed 5`` (no braces) yields its single token. An unclosed ``\\boxed{`` yields nothing: it is
+    not a well-formed answer.
     """
     found = []
     for m in _BOX.finditer(text):
@@ -88,7 +89,8 @@ def boxed_contents(text: str) -> list[str]:
                     if depth == 0:
                         break
                 j += 1
-            found.append(text[i + 1 : j])
+            if depth == 0:  # closed
+                found.append(text[i + 1 : j])
         else:
             token = re.match(r"[^\s$]+", text[i:])
             if token:
@@ -142,7 +144,21 @@ def latex_clean(answer: str) -> str:
     s = re.sub(r"(?<=[\d}\s])\s*\\(?:text|mbox|mathrm)\s*\{\s*[a-zA-Z][a-zA-Z.\s]*\}(\^\{?\d\}?)?\s*$", "", s)
     s = _TEXT_CMD.sub(lambda m: m.group(1), s)
     s = s.strip().rstrip(".").strip()
-    return s
+    return _digit_groups(s)
+
+
+_SPACED_DIGITS = re.compile(r"\d(?:\s|\\[ ,;!]|~)+\d")
+_THOUSANDS_SPACED = re.compile(r"[-+]?\d{1,3}(?:(?:\s|\\[ ,;!]|~)+\d{3})+(?:\.\d+)?")
+
+
+def _digit_groups(s: str) -> str:
+    """Digits split by white space are one number only as thousands groups (``1 000 000``); any other
+    split (``1 8``) is a list of numbers, never the number its digits spell."""
+    if not _SPACED_DIGITS.search(s):
+        return s
+    if _THOUSANDS_SPACED.fullmatch(s.strip()):
+        return re.sub(r"(?:\s|\\[ ,;!]|~)+", "", s)
+    return re.sub(r"(?<=\d)(?:\s|\\[ ,;!]|~)+(?=\d)", ", ", s)
 
 
 def normalize(answer: str, *, gold_has_equals: bool = True) -> str:
@@ -359,6 +375,8 @@ def check(answer: str | None, gold: str, *, timeout_s: float = 5.0) -> Verdict:
     g_norm = normalize(gold)
     if not extracted:
         return Verdict(False, extracted, "", g_norm, "none")
+    if _BOX.search(extracted):  # a box left unclosed (or one inside the answer): not a well-formed answer
+        return Verdict(False, extracted, "", g_norm, "malformed")
     p_norm = normalize(extracted, gold_has_equals=gold_eq)
 
     def verdict(solved: bool, matcher: str, timed_out: bool = False) -> Verdict:

@@ -142,6 +142,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         "search_seconds": round(sum(r.get("wall_seconds", 0.0) for r in archive.records()), 1),
         "accepted": [_accepted(r) for r in archive.records() if r["accepted"]],
         "search": {"seed": _brief(seed_rec), "incumbent": _brief(inc_rec)},
+        "isolation": _isolation_label(),
     }
     if args.test_limit:
         results["test"] = {
@@ -271,3 +272,9 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     else:
         print(report, end="")
     return 0
+
+
+def _isolation_label() -> str:
+    from whale_envs.sandbox import isolation_label
+
+    return isolation_label()

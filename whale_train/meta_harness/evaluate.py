@@ -17,6 +17,7 @@ from typing import Any
 from harnesses.check import check_harness
 from harnesses.loader import HarnessRef, harness_from_source
 from harnesses.validate import HarnessValidationError
+from whale_envs.sandbox import IsolationUnavailable
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.meta_harness.prompt_only import prompt_only_violation
 from whale_train.rollout import EpisodeLimits, RolloutConfig, Trajectory, run_rollouts, summarize
@@ -45,8 +46,14 @@ def validate(
     env_kwargs: dict[str, Any],
     config: MetaHarnessConfig,
     seed_source: str | None = None,
+    *,
+    llm: Any = None,
+    score_tasks: list[str] | None = None,
 ) -> Validation:
-    """AST rules, then (prompt-only mode) the comparison with the seed, then ``check_harness``."""
+    """AST rules, then (prompt-only mode) the comparison with the seed, then ``check_harness`` (with
+    the search's model for the permuted-real stand-in, and half its tasks from ``score_tasks``, the
+    ``harness``-split tasks the candidate will be scored on). Never raises for what the candidate
+    does; only a refused unisolated run (``IsolationUnavailable``) stops the search."""
     try:
         ref = harness_from_source(source, name)
     except HarnessValidationError as exc:
@@ -56,14 +63,23 @@ def validate(
         if why:
             return Validation(False, f"prompt-only: {why}")
     kwargs = {k: v for k, v in env_kwargs.items() if k != "split"}
-    report = check_harness(
-        ref,
-        env_id,
-        env_kwargs=kwargs,
-        n_tasks=config.check_tasks,
-        seed=config.seed,
-        harness_seconds=min(10.0, config.harness_seconds),
-    )
+    try:
+        report = check_harness(
+            ref,
+            env_id,
+            env_kwargs=kwargs,
+            n_tasks=config.check_tasks,
+            seed=config.seed,
+            harness_seconds=min(10.0, config.harness_seconds),
+            llm=llm,
+            score_tasks=score_tasks,
+            max_llm_calls=config.max_llm_calls,
+            max_tokens=config.max_tokens,
+        )
+    except IsolationUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one candidate never ends the search
+        return Validation(False, f"check_harness: the check failed: {type(exc).__name__}: {exc}"[:2000])
     check = {"chance": report.chance, "null_scores": report.null_scores, "problems": report.problems}
     if not report.ok:
         return Validation(False, "check_harness: " + "; ".join(report.problems), check, report.episodes)

@@ -28,6 +28,7 @@ import gymnasium as gym
 
 import whale_envs  # noqa: F401  (registers the envs)
 from harnesses.loader import HarnessRef, load_harness
+from whale_envs.sandbox import IsolationUnavailable
 from whale_train.meta_harness import evaluate
 from whale_train.meta_harness.acceptance import AcceptanceRule, PairedGain, frontier, rank_key
 from whale_train.meta_harness.archive import (
@@ -476,7 +477,16 @@ class HarnessSearch:
         meta = cand.meta
         if meta["status"] == "proposed":
             seed_source = self.archive.get(self.seed_id).source if self.config.prompt_only else None
-            v = evaluate.validate(cand.source, cid, self.env_id, self.env_kwargs, self.config, seed_source)
+            v = evaluate.validate(
+                cand.source,
+                cid,
+                self.env_id,
+                self.env_kwargs,
+                self.config,
+                seed_source,
+                llm=self.llm,
+                score_tasks=self.task_ids,
+            )
             meta = self.archive.update_meta(cid, **v.to_meta())
             self.log(f"  {cid}: {'valid' if v.ok else v.reason}")
         if meta["status"] != "valid":
@@ -486,9 +496,17 @@ class HarnessSearch:
     def _scored_result(self, cid: str, version: int, origin: dict[str, Any]) -> CandidateResult:
         cand = self.archive.get(cid)
         if cand.eval(version) is None:
-            record, trajs = evaluate.score(
-                cand.ref(), self.env_id, self.llm, self.task_ids, self.env_kwargs, self.config, origin
-            )
+            try:
+                record, trajs = evaluate.score(
+                    cand.ref(), self.env_id, self.llm, self.task_ids, self.env_kwargs, self.config, origin
+                )
+            except IsolationUnavailable:
+                raise  # not the candidate's fault: the search stops with the cause and the opt-in
+            except Exception as exc:  # noqa: BLE001 - one candidate never ends the search
+                reason = f"scoring failed: {type(exc).__name__}: {exc}"[:2000]
+                self.archive.update_meta(cid, status="invalid", reason=reason)
+                self.log(f"  {cid}: {reason}")
+                return self._result(cid, version)
             record["model_version"] = version
             self.archive.write_eval(cid, version, record, trajs)
             self.log(

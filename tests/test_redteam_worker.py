@@ -1,0 +1,375 @@
+"""Red team, the harness worker and the protocol: every attack is contained.
+
+Two kinds of attacker. A *legal* harness (it passes the AST lint) that tries to carry state from one
+episode to the next or to flood the trusted process. And a harness that has *bypassed the lint*
+(simulated: the worker is told to load it with full builtins, ``UNLINTED``), which then holds all of
+Python inside the OS sandbox: it must still not forge another episode's calls, reach the template's
+pipes, leave files or processes for a later episode, or crash the trusted side with bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import gymnasium as gym
+import pytest
+
+import whale_train.executors as executors
+from harnesses.loader import HarnessRef, harness_from_source
+from harnesses.worker import worker_program
+from whale_train.llm.scripted import ScriptedLLM
+from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts
+
+MATH = "whale/Math-v0"
+MATH_TASKS = {"tasks": "generated?families=arithmetic&difficulty=1", "split": "test"}
+HEADER = "from harnesses.base import Harness\n"
+
+
+def math_ids(n: int) -> list[str]:
+    return gym.make(MATH, **MATH_TASKS).unwrapped.task_ids[:n]
+
+
+def rollouts(ref: HarnessRef, *, n: int = 2, k: int = 1, llm=None, concurrency: int = 4, **limits):
+    config = RolloutConfig(
+        k=k, concurrency=concurrency, limits=EpisodeLimits(**{"harness_seconds": 5.0, **limits})
+    )
+    return run_rollouts(
+        ref, MATH, llm or ScriptedLLM([""]), math_ids(n), env_kwargs=MATH_TASKS, config=config
+    )
+
+
+@pytest.fixture
+def unlinted(monkeypatch):
+    """The worker loads harness code with full builtins and no validation (a lint bypass)."""
+    program = worker_program().replace(
+        "harnesses.worker.main()\n",
+        "def _unlinted(first):\n"
+        "    ns = {'__name__': 'attack'}\n"
+        "    exec(first['source'], ns)\n"
+        "    return ns['H']\n"
+        "harnesses.worker._load = _unlinted\n"
+        "harnesses.validate.prepare = lambda source, filename='': (None, None)\n"
+        "harnesses.worker.main()\n",
+    )
+    assert "_unlinted" in program
+    monkeypatch.setattr(executors, "worker_program", lambda: program)
+
+    def make(body: str) -> HarnessRef:
+        source = "class H:\n    def run(self, env, llm):\n" + "".join(
+            f"        {line}\n" for line in body.splitlines()
+        )
+        return HarnessRef("attack", source, "attack", "H", False)
+
+    return make
+
+
+def reported(traj) -> str:
+    """What an attacking episode reported about itself (it sends it as its last action)."""
+    return traj.steps[-1].action if traj.steps else ""
+
+
+# ------------------------------------------------------------------------------------ cross-episode state
+
+
+MEMORY = (
+    HEADER
+    + "class H(Harness):\n"
+    + "    memory = {}\n"
+    + "    def run(self, env, llm):\n"
+    + "        obs, info = env.reset()\n"
+    + "        q = info['question']\n"
+    + "        llm.complete('seen ' + ' '.join(sorted(H.memory)))\n"
+    + "        guess = H.memory.get(q, '0')\n"
+    + "        obs, r, te, tr, info = env.step('answer: ' + str(guess))\n"
+    + "        H.memory[q] = info.get('answer') or info.get('gold') or guess\n"
+    + "        GLOBAL_NOTES.append(q)\n"
+    + "GLOBAL_NOTES = []\n"
+)
+
+
+def test_class_and_module_state_do_not_carry_the_answer_to_the_next_sample():
+    """The attack of the issue: keep the answer revealed at the end of one sample and replay it in
+    the next sample of the same task (one episode at a time, so a later sample follows an earlier)."""
+    prompts: list[str] = []
+    trajs = rollouts(
+        harness_from_source(MEMORY),
+        n=3,
+        k=4,
+        concurrency=1,
+        llm=ScriptedLLM(lambda t: prompts.append(t) or ""),
+    )
+    assert len(trajs) == 12 and not any(t.error for t in trajs)
+    assert not any(t.solved for t in trajs[1:] if t.final_info["answer"] != "0")
+    assert all(p.endswith("seen ") for p in prompts), prompts[:3]  # every episode starts with empty memory
+
+
+def test_the_answer_is_withheld_from_the_harness_at_the_end():
+    probe = (
+        HEADER
+        + "import json\n"
+        + "class H(Harness):\n"
+        + "    def run(self, env, llm):\n"
+        + "        env.reset()\n"
+        + "        obs, r, te, tr, info = env.step('answer: 0')\n"
+        + "        llm.complete(json.dumps(sorted(info)))\n"
+    )
+    seen: list[str] = []
+    trajs = rollouts(harness_from_source(probe), n=1, llm=ScriptedLLM(lambda t: seen.append(t) or ""))
+    assert "answer" in trajs[0].final_info and "gold" in trajs[0].final_info  # the record keeps it
+    assert '"solved"' in seen[0] and '"answer"' not in seen[0] and '"gold"' not in seen[0]
+
+
+def test_files_cannot_carry_state_between_episodes(unlinted):
+    ref = unlinted(
+        "env.reset()\n"
+        "try:\n"
+        "    open('/sandbox/note', 'w').write('42'); out = 'wrote'\n"
+        "except OSError as exc:\n"
+        "    out = type(exc).__name__ + str(exc.errno)\n"
+        "try:\n"
+        "    open('/tmp/note', 'w').write('42'); out += ' wrote-tmp'\n"
+        "except OSError as exc:\n"
+        "    out += ' ' + type(exc).__name__\n"
+        "env.step('report ' + out)"
+    )
+    trajs = rollouts(ref, n=1)
+    assert reported(trajs[0]) == "report OSError30 OSError", reported(trajs[0])  # EROFS: read-only
+
+
+def test_a_daemon_left_behind_is_killed_when_its_episode_ends(unlinted):
+    marker = "whale-daemon-" + uuid.uuid4().hex[:8]
+    ref = unlinted(
+        "import os\n"
+        "env.reset()\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execv('/usr/bin/sleep', ['sleep', '300', '{marker}'])\n"
+        "    os._exit(0)\n"
+        "import time; time.sleep(0.3)\n"
+        "env.step('report forked')"
+    )
+    trajs = rollouts(ref, n=2)
+    assert all(reported(t) == "report forked" for t in trajs)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _with_marker(marker):
+        time.sleep(0.1)
+    assert not _with_marker(marker)
+
+
+def _with_marker(marker: str) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+# ------------------------------------------------------------------------------------ forging
+
+
+def test_an_episode_cannot_act_for_another(unlinted):
+    """It writes calls naming other episode ids on its channel: they are served as its own."""
+    ref = unlinted(
+        "import json\n"
+        "env.reset()\n"
+        "ch = env._channel\n"
+        "for other in range(8):\n"
+        "    ch.send({'op': 'call', 'episode': other, 'method': 'step', 'args': {'action': 'forged'}})\n"
+        "    ch._in.readline()\n"
+    )
+    trajs = rollouts(ref, n=4, max_llm_calls=64)
+    for t in trajs:  # each trajectory holds exactly its own calls (the env ends it after max_turns)
+        assert [s.action for s in t.steps] == ["forged"] * len(t.steps) and len(t.steps) == 6, t.steps
+
+
+def test_the_template_and_sibling_pipes_are_out_of_reach(unlinted):
+    ref = unlinted(
+        "import os\n"
+        "env.reset()\n"
+        "out = []\n"
+        "for path in (f'/proc/{os.getppid()}/fd', f'/proc/{os.getppid()}/mem'):\n"
+        "    try:\n"
+        "        os.listdir(path) if path.endswith('fd') else open(path, 'rb').read(1)\n"
+        "        out.append('open')\n"
+        "    except OSError as exc:\n"
+        "        out.append(type(exc).__name__)\n"
+        "try:\n"
+        '    os.write(1, b\'{"op": "done", "episode": 0, "error": null}\\n\'); out.append(\'fd1\')\n'
+        "except OSError:\n"
+        "    out.append('nofd1')\n"
+        "env.step('report ' + ' '.join(out))"
+    )
+    trajs = rollouts(ref, n=2)
+    for t in trajs:
+        assert reported(t) == "report PermissionError PermissionError fd1", reported(t)  # fd 1 is /dev/null
+        assert t.error is None and len(t.steps) == 1  # the write to fd 1 reached nobody
+
+
+# ------------------------------------------------------------------------------------ protocol abuse
+
+
+@pytest.mark.parametrize(
+    ("payload", "why"),
+    [
+        ("b'[]\\n'", "not an object"),
+        ("b'\\xff\\xfe garbage\\n'", "not UTF-8"),
+        ("b'[' * 100000 + b'\\n'", "not JSON"),
+        ("b'{\"op\": \"call\", \"a\": ' + b'[' * 50 + b']' * 50 + b'}\\n'", "deeper than"),
+        ("b'x' * (5 * 1024 * 1024)", "longer than"),
+        ('b\'{"op": "explode"}\\n\'', "unknown op"),
+    ],
+)
+def test_malformed_bytes_from_an_episode_end_only_that_episode(unlinted, payload, why):
+    ref = unlinted(
+        "import os\n"
+        "obs, info = env.reset()\n"
+        "if info['question'] == FIRST:\n"
+        f"    os.write(env._channel._out.fileno(), {payload})\n"
+        "    import time; time.sleep(30)\n"
+        "env.step('answer: 0')"
+    )
+    first = gym.make(MATH, **MATH_TASKS).unwrapped
+    first.reset(options={"task_id": math_ids(1)[0]})
+    ref = HarnessRef(ref.name, f"FIRST = {first.problem.question!r}\n" + ref.source, "attack", "H", False)
+    start = time.monotonic()
+    trajs = rollouts(ref, n=3)
+    assert time.monotonic() - start < 20
+    bad, *good = trajs
+    assert bad.failure == "harness_error" and "protocol" in bad.error and why in bad.error, bad.error
+    assert all(t.error is None and t.steps[-1].terminated for t in good)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [b"[]"],
+        [b'{"op": "call", "episode": [1], "method": "step", "args": {}}', b"[]"],
+        [b'{"op": "done", "episode": {"a": 1}}', b"\xff\xfe"],
+        [b"[" * 100000],
+        [b'{"op": "ready"}', b"y" * (5 * 1024 * 1024)],
+        [b'{"op": "ready"}', b'{"op": "call", "episode": 0, "method": 7, "args": []}', b"not json"],
+    ],
+)
+def test_the_trusted_side_takes_any_bytes_from_the_worker(monkeypatch, lines):
+    """The worker itself (not only an episode) sends garbage: the evaluation ends its episodes with
+    the reason and returns; nothing raises in the trusted process."""
+    program = f"import os, sys, time\nfor line in {lines!r}:\n    os.write(1, line + b'\\n')\ntime.sleep(5)\n"
+    monkeypatch.setattr(executors, "worker_program", lambda: program)
+    trajs = rollouts(harness_from_source(HEADER + "class H(Harness): pass\n"), n=2)
+    assert len(trajs) == 2
+    assert all(t.failure == "harness_error" for t in trajs), [t.error for t in trajs]
+
+
+# ------------------------------------------------------------------------------------ resource exhaustion
+
+
+def test_steps_after_the_end_are_refused_and_not_recorded():
+    flood = (
+        HEADER
+        + "class H(Harness):\n"
+        + "    def run(self, env, llm):\n"
+        + "        env.reset()\n"
+        + "        env.step('answer: 0')\n"
+        + "        refused = 0\n"
+        + "        for _ in range(40):\n"
+        + "            try:\n"
+        + "                env.step('x' * 60000)\n"
+        + "            except Exception:\n"
+        + "                refused += 1\n"
+        + "        llm.complete(str(refused))\n"
+    )
+    seen: list[str] = []
+    trajs = rollouts(harness_from_source(flood), n=1, llm=ScriptedLLM(lambda t: seen.append(t) or ""))
+    assert len(trajs[0].steps) == 1 and seen == ["40"]
+
+
+def test_an_oversized_action_is_refused():
+    big = (
+        HEADER
+        + "class H(Harness):\n    def run(self, env, llm):\n        env.reset()\n        env.step('x' * 10**6)\n"
+    )
+    trajs = rollouts(harness_from_source(big), n=1)
+    assert not trajs[0].steps and "over this run's limit" in trajs[0].error
+
+
+def test_score_and_choose_are_capped_and_truncated():
+    calls = (
+        HEADER
+        + "class H(Harness):\n"
+        + "    def run(self, env, llm):\n"
+        + "        env.reset()\n"
+        + "        out = []\n"
+        + "        for opts in ([str(i) for i in range(20000)], ['y' * 70000]):\n"
+        + "            try:\n"
+        + "                llm.choose('p', opts); out.append('served')\n"
+        + "            except Exception as exc:\n"
+        + "                out.append('refused')\n"
+        + "        llm.score('q' * 500000, ['a', 'b'])\n"
+        + "        env.step('answer: ' + ' '.join(out))\n"
+    )
+    lengths: list[int] = []
+    llm = ScriptedLLM([""], scorer=lambda text, c: lengths.append(len(text)) or -1.0)
+    trajs = rollouts(harness_from_source(calls), n=1, llm=llm)
+    assert trajs[0].steps[0].action == "answer: refused refused"
+    assert lengths and max(lengths) <= EpisodeLimits().max_prompt_chars  # the long prompt kept its end
+
+
+LOOPS = (
+    HEADER
+    + "class H(Harness):\n    def run(self, env, llm):\n        env.reset()\n        while True:\n            pass\n"
+)
+
+
+@pytest.mark.slow
+def test_a_batch_of_looping_episodes_costs_one_timeout():
+    start = time.monotonic()
+    trajs = rollouts(harness_from_source(LOOPS), n=6, concurrency=6, harness_seconds=2.0)
+    wall = time.monotonic() - start
+    assert {t.failure for t in trajs} == {"timeout"}
+    assert wall < 2.0 * 3, wall  # one 2 s timeout for all six (it used to be six in a row: 12 s)
+
+
+def test_one_episode_hogging_memory_leaves_the_others_running():
+    hog = (
+        HEADER
+        + "class H(Harness):\n"
+        + "    def run(self, env, llm):\n"
+        + "        obs, info = env.reset()\n"
+        + "        if info['question'] == FIRST:\n"
+        + "            x = bytearray(10 * 1024 ** 3)\n"
+        + "        env.step('answer: 0')\n"
+    )
+    env = gym.make(MATH, **MATH_TASKS).unwrapped
+    env.reset(options={"task_id": math_ids(1)[0]})
+    ref = harness_from_source(f"FIRST = {env.problem.question!r}\n" + hog)
+    bad, *good = rollouts(ref, n=3)
+    assert bad.failure == "harness_error" and "MemoryError" in bad.error
+    assert all(t.error is None and t.steps for t in good)
+
+
+def test_an_episode_that_stops_reading_its_replies_stalls_nobody(unlinted):
+    """It asks for a large completion and never reads the reply: the template must not block on it."""
+    ref = unlinted(
+        "import time\n"
+        "obs, info = env.reset()\n"
+        "if info['question'] == FIRST:\n"
+        "    env._channel.send({'op': 'call', 'method': 'complete', 'args': {'prompt': 'x', 'params': {}}})\n"
+        "    time.sleep(60)\n"
+        "env.step('answer: ' + llm.complete('y')[:5])"
+    )
+    env = gym.make(MATH, **MATH_TASKS).unwrapped
+    env.reset(options={"task_id": math_ids(1)[0]})
+    ref = HarnessRef(ref.name, f"FIRST = {env.problem.question!r}\n" + ref.source, "attack", "H", False)
+    start = time.monotonic()
+    bad, *good = rollouts(ref, n=3, llm=ScriptedLLM(lambda t: "7" * 300_000), harness_seconds=3.0)
+    assert time.monotonic() - start < 30
+    assert bad.failure in ("timeout", "harness_error") and bad.error
+    assert all(t.error is None and t.steps for t in good), [(t.error, t.failure) for t in good]
