@@ -29,23 +29,27 @@ from rich.table import Table
 
 import whale_envs
 from whale_envs.tasks import SPLIT_NAMES, SPLITS, TaskSourceError, source_kinds, split_ids
+from whale_train.domains import import_env_module
+from whale_train.errors import CLIError
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)  # one line per error, never wrapped
 
 
-class CLIError(Exception):
-    """A user mistake: printed as one clear line, exit status 2."""
-
-
 def _make_env(env_id: str, tasks: str | None, split: str = "all", **kwargs) -> gym.Env:
-    if env_id not in gym.registry:
-        known = ", ".join(sorted(whale_envs.ENVS))
-        raise CLIError(f"unknown env {env_id!r}; registered: {known}")
+    _check_env(env_id)
     try:
         options = {"tasks": tasks} if tasks else {}
         return gym.make(env_id, split=split, **options, **kwargs)
     except TaskSourceError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _check_env(env_id: str) -> None:
+    """A built-in env id, or a user's ``module:EnvId`` (the module is imported, as ``gym.make`` does)."""
+    try:
+        import_env_module(env_id)
+    except ValueError as exc:
         raise CLIError(str(exc)) from None
 
 
@@ -199,8 +203,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from harnesses.check import check_harness
 
-    if args.env not in gym.registry:
-        raise CLIError(f"unknown env {args.env!r}; registered: {', '.join(sorted(whale_envs.ENVS))}")
+    _check_env(args.env)
     env_kwargs = {"tasks": args.tasks} if args.tasks else {}
     report = check_harness(
         args.harness, args.env, env_kwargs=env_kwargs, n_tasks=args.n_tasks, trusted=args.trusted

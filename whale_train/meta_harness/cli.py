@@ -92,15 +92,23 @@ def cmd_search(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from harnesses.loader import load_harness
+    from whale_train.domains import domain_for
     from whale_train.llm import load_llm
-    from whale_train.meta_harness.search import DOMAINS, HarnessSearch
+    from whale_train.meta_harness.search import HarnessSearch
 
     console = Console()
-    if args.env not in DOMAINS:
-        console.print(f"[red]error:[/red] unknown env {args.env!r}; known: {', '.join(DOMAINS)}")
+    try:
+        domain = domain_for(args.env)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        return 2
+    if args.harness is None and domain.base_harness is None:
+        console.print(
+            f"[red]error:[/red] --harness: {args.env} has no registered base harness; name its h0 file"
+        )
         return 2
     config = search_config(args)
-    out = Path(args.out or f"runs/search-{DOMAINS[args.env][0]}")
+    out = Path(args.out or f"runs/search-{domain.name}")
     env_kwargs = {"tasks": args.tasks} if args.tasks else {}
     kwargs = {"base_url": args.base_url} if args.backend == "openai" else {}
     llm = load_llm(args.backend, args.model, **kwargs)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from whale_train.meta_harness.library import (
+from whale_train.meta_harness.library.core import (
     Choice,
     Constant,
     DomainLibrary,
