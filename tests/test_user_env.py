@@ -16,7 +16,7 @@ from harnesses.loader import harness_from_source, load_harness
 from tests.test_meta_harness_llm import Server, tool_call
 from tests.test_trainer import MODEL, ledger, units
 from whale_train.cli import main
-from whale_train.domains import Domain, domain_for
+from whale_train.domains import Domain, domain_for, get_domain, register_domain, registry
 from whale_train.meta_harness.archive import Archive
 from whale_train.meta_harness.library import library_for
 from whale_train.trainer import TrainConfig
@@ -49,6 +49,30 @@ def test_an_env_nobody_registered_a_domain_for_gets_a_generic_one():
     with pytest.raises(ValueError, match="harness: user_env:Reverse-v0 has no registered base harness"):
         TrainConfig.from_dict({"env": ENV})  # a user's env must name its h0
     assert TrainConfig.from_dict({"env": ENV, "harness": H0}).harness_name == H0
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """Registrations made in a test are gone after it."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    domain_for.cache_clear()
+    yield
+    monkeypatch.undo()
+    domain_for.cache_clear()
+
+
+def test_a_domain_registered_for_the_bare_id_is_found_through_module_env_id(scratch_registry):
+    mine = Domain(name="reverse", env_id="Reverse-v0", base_harness=H0, info_fields=("word", "options"))
+    register_domain(mine)
+    register_domain(mine)  # a module imported again: the same record is fine
+    assert domain_for(ENV) is mine and get_domain("reverse") is mine
+    assert TrainConfig.from_dict({"env": ENV}).harness_name == H0  # its base harness is the default
+    with pytest.raises(ValueError, match="registered already"):
+        register_domain(Domain(name="reverse2", env_id="Reverse-v0"))
+    with pytest.raises(ValueError, match="name 'math' is taken"):
+        register_domain(Domain(name="math", env_id="Other-v0"))
+    with pytest.raises(KeyError, match="no registered domain 'nope'"):
+        get_domain("nope")
 
 
 def test_generic_mechanisms_extend_the_seed_and_render_valid_harnesses():
