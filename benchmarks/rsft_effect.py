@@ -18,16 +18,15 @@ from pathlib import Path
 
 import gymnasium as gym
 
-import whale_envs  # noqa: F401
 from harnesses.loader import load_harness
+from whale_train.domains import get_domain
 from whale_train.llm import load_llm
 from whale_train.rollout import RolloutConfig, run_rollouts, summarize
 from whale_train.rsft import RSFT, RSFTConfig
 
+#: Domain -> (env, h0), from the domain registry, in the order of the results table.
 DOMAINS = {
-    "math": ("whale/Math-v0", "math/h0"),
-    "chess": ("whale/Chess-v0", "chess_puzzles/h0"),
-    "search": ("whale/SearchQA-v0", "search_qa/h0"),
+    name: (get_domain(name).env_id, get_domain(name).base_harness) for name in ("math", "chess", "search")
 }
 
 
