@@ -7,8 +7,10 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import re
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 import yaml
 
@@ -17,8 +19,10 @@ from tests.test_meta_harness_llm import Server, tool_call
 from tests.test_trainer import MODEL, ledger, units
 from whale_train.cli import main
 from whale_train.domains import Domain, domain_for, get_domain, register_domain, registry
+from whale_train.llm.scripted import ScriptedLLM
 from whale_train.meta_harness.archive import Archive
 from whale_train.meta_harness.library import library_for
+from whale_train.rollout import RolloutConfig, run_rollouts
 from whale_train.trainer import TrainConfig
 
 HERE = Path(__file__).resolve().parent
@@ -186,3 +190,36 @@ def test_whale_eval_search_and_train_run_on_a_user_env(tmp_path):
     assert {u["phase"] for u in us} == {"weight", "harness"}
     assert sum(u["rollouts"] for u in us) == us[-1]["rollouts_total"] <= 40
     assert [e for e in events if e["event"] == "eval"] and (tmp_path / "t" / "report.md").exists()
+
+
+@pytest.mark.slow
+def test_vote_and_env_error_do_what_they_say_in_the_sandboxed_worker():
+    """A scripted model (a test double for the model only; the env, the worker and the handles are
+    real): vote takes the majority of 8 samples where the first is wrong; env_error retries an empty
+    reply with a note on the format."""
+    seed = load_harness(H0)
+    lib = library_for(domain_for(ENV), seed.source)
+    ids = gym.make(ENV, split="harness").unwrapped.task_ids[:2]
+    config = RolloutConfig(k=1, seed=0, concurrency=1)
+
+    def run(slots, script):
+        genome = copy.deepcopy(lib.h0)
+        genome["slots"].update(slots)
+        ref = harness_from_source(lib.render(genome, "c", "A test candidate."), "c")
+        return run_rollouts(
+            ref, ENV, ScriptedLLM(script), ids, env_kwargs={"split": "harness"}, config=config
+        )
+
+    def reverse(prompt):
+        return re.search(r"Which word is (\w+) spelled", prompt).group(1)[::-1]
+
+    calls = itertools.count()
+    wrong_first = lambda p: ["zzzz", reverse(p), reverse(p), ""][next(calls) % 4]  # noqa: E731
+    voted = run({"action": "vote"}, wrong_first)
+    assert [t.reward for t in voted] == [1.0, 1.0] and all(len(t.calls) == 8 for t in voted)
+
+    calls = itertools.count()
+    empty_first = lambda p: ["", reverse(p)][next(calls) % 2]  # noqa: E731
+    retried = run({"retry": "env_error"}, empty_first)
+    assert [t.reward for t in retried] == [1.0, 1.0]
+    assert all("could not be read as an action" in t.calls[1].prompt_text for t in retried)

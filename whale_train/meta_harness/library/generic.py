@@ -146,7 +146,9 @@ def _render(lib: SeedLibrary, g: Genome, name: str, doc: str) -> str:
     s, c = g["slots"], g["constants"]
     seed_values = lib.h0["constants"]
     taken = {n.name for n in ast.parse(lib.seed_source).body if isinstance(n, ast.ClassDef)}
-    cls = next(f"Candidate{i or ''}" for i in range(len(taken) + 1) if f"Candidate{i or ''}" not in taken)
+    cls = "Candidate"
+    while cls in taken:  # the seed's own class may be called Candidate
+        cls += "_"
     attrs: dict[str, Any] = {}
     for k in TUNED:
         if lib.constants[k].active(g) and c[k] != seed_values[k]:
