@@ -10,21 +10,7 @@ harness. ``library_for(domain, seed_source)`` picks the right one.
 from __future__ import annotations
 
 from whale_train.domains import Domain, registered
-from whale_train.meta_harness.library.core import (
-    Choice,
-    Constant,
-    DomainLibrary,
-    Genome,
-    class_header,
-    define,
-    harvest_answered,
-    join_methods,
-    key,
-    method,
-    module,
-    py,
-    string_list,
-)
+from whale_train.meta_harness.library.core import DomainLibrary, Genome, key
 from whale_train.meta_harness.library.generic import SeedLibrary, seed_library
 
 
@@ -38,22 +24,4 @@ def libraries() -> dict[str, DomainLibrary]:
     return {d.name: d.load_library() for d in registered() if d.library}
 
 
-__all__ = [
-    "Choice",
-    "Constant",
-    "DomainLibrary",
-    "Genome",
-    "SeedLibrary",
-    "class_header",
-    "define",
-    "harvest_answered",
-    "join_methods",
-    "key",
-    "libraries",
-    "library_for",
-    "method",
-    "module",
-    "py",
-    "seed_library",
-    "string_list",
-]
+__all__ = ["DomainLibrary", "Genome", "SeedLibrary", "key", "libraries", "library_for", "seed_library"]

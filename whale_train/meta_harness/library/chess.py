@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import re
 
+from harnesses.chess_puzzles.choose import ChessChoose
+from harnesses.chess_puzzles.h0 import ChessH0
 from whale_train.meta_harness.library.core import (
     Choice,
     Constant,
     DomainLibrary,
     Genome,
     class_header,
+    code_of,
+    define,
     join_methods,
+    memory_slot,
     method,
     py,
     string_list,
@@ -61,12 +66,7 @@ SLOTS = {
         "checks": Choice("a hint: look at checks first, a mate is a check with no escape", {"wrong": 0.4}),
         "legal_only": Choice("a hint: only a move from the list is accepted", {"illegal": 0.4}),
     },
-    "memory": {
-        "none": Choice("no examples (h0)"),
-        "examples": Choice(
-            "solved puzzles from the archive's traces shown before the puzzle", {"wrong": 0.3}
-        ),
-    },
+    "memory": memory_slot("puzzle"),
 }
 
 CONSTANTS = {
@@ -111,6 +111,26 @@ HINTS = {
     "none": "",
     "checks": "Look at the moves that give check first: a mate is a check the opponent cannot escape. ",
     "legal_only": "Only a move from the legal moves list is accepted. ",
+}
+
+
+#: The action mechanisms written here (``choose`` is ``chess_puzzles/choose``'s): docstring and body.
+ACTS = {
+    "vote": (
+        "The most frequent legal move among several samples; likelihood choice if none is legal.",
+        """
+        answers = [self.parse_action(t, info) for t in llm.sample(prompt, self.samples, **self.params())]
+        best = majority([a for a in answers if a in self.legal(info)])
+        return best if best is not None else self.most_likely(prompt, info, llm)
+        """,
+    ),
+    "generate_choose": (
+        "The model's move if it is legal, else the legal move it finds most likely.",
+        """
+        move = self.parse_action(llm.complete(prompt, **self.params()), info)
+        return move if move in self.legal(info) else self.most_likely(prompt, info, llm)
+        """,
+    ),
 }
 
 
@@ -242,73 +262,14 @@ def render(g: Genome, name: str) -> str:
 
     prompt_line = "prompt = self.make_prompt(self.format_observation(obs, info), info, llm)"
     if s["action"] == "choose":
-        parts.append(
-            method(
-                f'''
-                def act(self, obs, info, llm):
-                    """The legal move whose answer the model finds most likely (never illegal)."""
-                    {prompt_line}
-                    moves = self.legal(info)
-                    return moves[llm.choose(prompt, [self.option(m) for m in moves])]
-                '''
-            )
-        )
-    elif s["action"] == "vote":
-        parts.append(
-            method(
-                f'''
-                def act(self, obs, info, llm):
-                    """The most frequent legal move among several samples; likelihood choice if none is legal."""
-                    {prompt_line}
-                    moves = self.legal(info)
-                    answers = [self.parse_action(t, info) for t in llm.sample(prompt, self.samples, **self.params())]
-                    best = majority([a for a in answers if a in moves])
-                    if best is not None:
-                        return best
-                    return moves[llm.choose(prompt, [self.option(m) for m in moves])]
-                '''
-            )
-        )
-    elif s["action"] == "generate_choose":
-        parts.append(
-            method(
-                f'''
-                def act(self, obs, info, llm):
-                    """The model's move if it is legal, else the legal move it finds most likely."""
-                    {prompt_line}
-                    moves = self.legal(info)
-                    move = self.parse_action(llm.complete(prompt, **self.params()), info)
-                    if move in moves:
-                        return move
-                    return moves[llm.choose(prompt, [self.option(m) for m in moves])]
-                '''
-            )
-        )
-
-    parts.append(
-        method(
-            """
-            def start(self, obs, info):
-                super().start(obs, info)
-                self.failures_here = 0
-
-            def run(self, env, llm):
-                obs, info = env.reset()
-                self.start(obs, info)
-                while True:
-                    action = self.act(obs, info, llm)
-                    obs, reward, terminated, truncated, info = env.step(action)
-                    if terminated or truncated:
-                        return
-                    if info.get("error"):
-                        self.failures_here += 1
-                        if self.failures_here > self.illegal_retries:
-                            return  # give up on this position
-                    else:
-                        self.failures_here = 0
-            """
-        )
-    )
+        parts.append(method(code_of(ChessChoose.act)))
+    elif s["action"] in ACTS:
+        doc, body = ACTS[s["action"]]
+        parts.append(define("act(self, obs, info, llm)", prompt_line, body, doc=doc))
+    if s["action"] != "generate":
+        parts.append(method(code_of(ChessChoose.most_likely)))
+    # the loop is Harness.run; h0's per-position retry budget ends an episode after too many illegal moves
+    parts += [method(code_of(ChessH0.start)), method(code_of(ChessH0.give_up))]
     examples = [(e["fen"], e["move"]) for e in g.get("examples") or []] if s["memory"] == "examples" else []
     prefix = string_list("EXAMPLES", examples, "Solved puzzles from the archive (FEN, the move played).")
     return prefix + join_methods(*parts)

@@ -14,6 +14,7 @@ Every domain's ``h0`` genome behaves like the shipped ``h0``.
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import textwrap
@@ -75,6 +76,17 @@ class DomainLibrary:
         return out
 
 
+def memory_slot(item: str) -> dict[str, Choice]:
+    """The memory slot every built-in domain has: no examples (h0), or solved ``item``s harvested from
+    the archive's traces shown before the current one (``DomainLibrary.harvest``)."""
+    return {
+        "none": Choice("no examples (h0)"),
+        "examples": Choice(
+            f"solved {item}s from the archive's traces shown before the {item}", {"wrong": 0.3}
+        ),
+    }
+
+
 def key(genome: Genome, library: DomainLibrary) -> str:
     """A canonical string of what the genome does (inactive constants ignored): equal keys, equal harness."""
     return json.dumps(
@@ -93,6 +105,13 @@ def key(genome: Genome, library: DomainLibrary) -> str:
 def method(code: str) -> str:
     """Indent a method's code (written flush left) into a class body."""
     return textwrap.indent(textwrap.dedent(code).strip("\n"), "    ")
+
+
+def code_of(function: Callable[..., Any]) -> str:
+    """The source of a real method, flush left (for ``method``). The mechanisms that ship as harnesses
+    (``harnesses/<domain>/*.py``) are written there once, run and tested as they are, and a candidate
+    that uses one is rendered from that code."""
+    return textwrap.dedent(inspect.getsource(function))
 
 
 def define(signature: str, *snippets: str, doc: str = "") -> str:

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import re
 
+from harnesses.math.calculator import MathCalculator
 from whale_train.meta_harness.library.core import (
     Choice,
     Constant,
     DomainLibrary,
     Genome,
     class_header,
+    code_of,
     define,
     harvest_answered,
     join_methods,
+    memory_slot,
+    method,
     py,
     string_list,
 )
@@ -64,12 +68,7 @@ SLOTS = {
         "none": Choice("no hint (h0)"),
         "numeric": Choice("a hint: the answer is a single number", {"parse": 0.3, "wrong": 0.2}),
     },
-    "memory": {
-        "none": Choice("no examples (h0)"),
-        "examples": Choice(
-            "solved problems from the archive's traces shown before the problem", {"wrong": 0.3}
-        ),
-    },
+    "memory": memory_slot("problem"),
 }
 
 CONSTANTS = {
@@ -219,7 +218,12 @@ def render(g: Genome, name: str) -> str:
                 doc="The most frequent answer among parsed replies (None if none is an answer).",
             )
         )
-    if s["action"] == "vote":
+        prefer_tool = """
+            if info.get("tool_calls_left") and not info.get("last_tool"):
+                for action in actions:
+                    if action and action.lower().startswith("python:"):
+                        return action
+            """
         parts.append(
             define(
                 "act(self, obs, info, llm)",
@@ -227,27 +231,13 @@ def render(g: Genome, name: str) -> str:
                 prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
                 replies = llm.sample(prompt, self.samples, **self.params())
                 actions = [self.parse_action(r, info) for r in replies]
-                return self.answers(actions) or next((a for a in actions if a), replies[0])
                 """,
-                doc="Self-consistency: the most frequent answer among several samples.",
-            )
-        )
-    elif s["action"] == "prefer_tool":
-        parts.append(
-            define(
-                "act(self, obs, info, llm)",
-                """
-                prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
-                replies = llm.sample(prompt, self.samples, **self.params())
-                actions = [self.parse_action(r, info) for r in replies]
-                if info.get("tool_calls_left") and not info.get("last_tool"):
-                    for action in actions:
-                        if action and action.lower().startswith("python:"):
-                            return action
-                return self.answers(actions) or next((a for a in actions if a), replies[0])
-                """,
+                prefer_tool if s["action"] == "prefer_tool" else "",
+                "return self.answers(actions) or next((a for a in actions if a), replies[0])",
                 doc="Several samples: while the tool is unused, take one that runs Python (computing with the\n"
-                "        tool is more reliable than in the head); else the most frequent answer.",
+                "        tool is more reliable than in the head); else the most frequent answer."
+                if s["action"] == "prefer_tool"
+                else "Self-consistency: the most frequent answer among several samples.",
             )
         )
 
@@ -264,44 +254,8 @@ def render(g: Genome, name: str) -> str:
                 )
             )
         else:
-            parts.append(
-                define(
-                    "expression(self, prompt, llm)",
-                    'return extract_tag(llm.complete(prompt, **self.params()), "expr")',
-                )
-            )
-        parts.append(
-            define(
-                "run(self, env, llm)",
-                """
-                obs, info = env.reset()
-                self.start(obs, info)
-                if info.get("tool_calls_left"):
-                    prompt = self.make_prompt(
-                        f"Problem: {info['question']}\\nWrite one arithmetic expression that computes the answer, "
-                        "inside <expr></expr>.",
-                        info,
-                        llm,
-                    )
-                    expr = self.expression(prompt, llm)
-                    if expr:
-                        obs, reward, terminated, truncated, info = env.step(f"python: print({expr})")
-                        if terminated or truncated:
-                            return
-                        tool = info.get("last_tool") or {}
-                        value = (tool.get("stdout") or "").strip()
-                        if tool.get("exit_code") == 0 and value and "\\n" not in value:
-                            env.step(f"answer: {value}")
-                            return
-                while True:
-                    obs, reward, terminated, truncated, info = env.step(self.act(obs, info, llm))
-                    if terminated or truncated:
-                        return
-                """,
-                doc="A calculator step first: the model writes one expression, the env's Python evaluates it and\n"
-                "        the printed value is the answer. Without a usable value, the usual reply loop.",
-            )
-        )
+            parts.append(method(code_of(MathCalculator.expression)))
+        parts.append(method(code_of(MathCalculator.run)))
     examples = [(e["question"], e["answer"]) for e in g.get("examples") or []] if memory else []
     prefix = string_list("EXAMPLES", examples, "Solved problems from the archive (problem, answer).")
     return prefix + join_methods(*parts)
