@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from whale_train.stats import mean_se
+
 
 @dataclass
 class AcceptanceVerdict:
@@ -44,10 +46,7 @@ class PairedGain:
         n = len(tasks)
         if n == 0:
             return AcceptanceVerdict(False, "no common tasks")
-        diffs = [b[t] - a[t] for t in tasks]
-        gain = sum(diffs) / n
-        var = sum((d - gain) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
-        se = math.sqrt(var / n)
+        gain, se = mean_se(b[t] - a[t] for t in tasks)
         threshold = max(self.min_gain, self.z * se)
         z_obs = gain / se if se > 0 else (math.inf if gain > 0 else 0.0)
         numbers = {"gain": gain, "se": se, "z": z_obs, "threshold": threshold, "tasks": n}
