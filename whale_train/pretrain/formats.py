@@ -105,17 +105,9 @@ def _chess_example(rng: random.Random, level: int, stage: _Stage) -> Example:
     h0 = ChessH0()
     color = info["solver_color"].capitalize()
     legal = list(info["legal_moves_uci"])
-    if fmt == "h0":
-        return Example(
-            h0.build_prompt(h0.format_observation(obs, info), info),
-            f"<move>{uci}</move>",
-            "chess",
-            fmt,
-            puzzle.fen,
-        )
-    if fmt == "h0_retry":
-        wrong = _illegal_move(rng, board)
-        obs, _, _, _, info = stage.env.step(wrong)
+    if fmt in ("h0", "h0_retry"):
+        if fmt == "h0_retry":  # the prompt after an illegal move: the env's error shown
+            obs, _, _, _, info = stage.env.step(_illegal_move(rng, board))
         return Example(
             h0.build_prompt(h0.format_observation(obs, info), info),
             f"<move>{uci}</move>",
