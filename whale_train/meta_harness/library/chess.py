@@ -11,20 +11,8 @@ import re
 
 from harnesses.chess_puzzles.choose import ChessChoose
 from harnesses.chess_puzzles.h0 import ChessH0
-from whale_train.meta_harness.library.core import (
-    Choice,
-    Constant,
-    DomainLibrary,
-    Genome,
-    class_header,
-    code_of,
-    define,
-    join_methods,
-    memory_slot,
-    method,
-    py,
-    string_list,
-)
+from whale_train.meta_harness.library import core
+from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, memory_slot
 from whale_train.rollout import Trajectory
 
 SLOTS = {
@@ -159,10 +147,10 @@ def render(g: Genome, name: str) -> str:
     if s["memory"] == "examples":
         attrs["max_examples"] = 2
     doc = "; ".join(f"{slot}: {choice}" for slot, choice in s.items())
-    parts = [class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
+    parts = [core.class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
 
     parts.append(
-        method(
+        core.method(
             f'''
             def legal(self, info):
                 return info["{moves_key}"]
@@ -175,7 +163,7 @@ def render(g: Genome, name: str) -> str:
         return "\\n".join(lines)"""
     if s["observation"] == "env_text":
         parts.append(
-            method(
+            core.method(
                 '''
                 def format_observation(self, obs, info):
                     """The env's own text: board, FEN, legal moves (UCI), how to reply, and any error."""
@@ -200,10 +188,10 @@ def render(g: Genome, name: str) -> str:
         lines.append("Legal moves: " + " ".join(self.legal(info)))"""
         parts.append("    def format_observation(self, obs, info):" + head + error_line)
 
-    instruction = py("\n" + HINTS[s["hint"]] + _format_line(s["notation"], s["output"]))
+    instruction = core.py("\n" + HINTS[s["hint"]] + _format_line(s["notation"], s["output"]))
     if s["memory"] == "examples":
         parts.append(
-            method(
+            core.method(
                 f'''
                 def build_prompt(self, text, info):
                     """Solved puzzles first (never the current one), then the puzzle."""
@@ -214,7 +202,7 @@ def render(g: Genome, name: str) -> str:
         )
     else:
         parts.append(
-            method(
+            core.method(
                 f"""
                 def build_prompt(self, text, info):
                     return text + {instruction}
@@ -249,10 +237,10 @@ def render(g: Genome, name: str) -> str:
                             return listed
                 return None
             '''
-    parts.append(method(parse))
+    parts.append(core.method(parse))
     option = '"<move>" + move + "</move>"' if s["output"] != "bare" else "move"
     parts.append(
-        method(
+        core.method(
             f"""
             def option(self, move):
                 return {option}
@@ -262,17 +250,17 @@ def render(g: Genome, name: str) -> str:
 
     prompt_line = "prompt = self.make_prompt(self.format_observation(obs, info), info, llm)"
     if s["action"] == "choose":
-        parts.append(method(code_of(ChessChoose.act)))
+        parts.append(core.method(core.code_of(ChessChoose.act)))
     elif s["action"] in ACTS:
         doc, body = ACTS[s["action"]]
-        parts.append(define("act(self, obs, info, llm)", prompt_line, body, doc=doc))
+        parts.append(core.define("act(self, obs, info, llm)", prompt_line, body, doc=doc))
     if s["action"] != "generate":
-        parts.append(method(code_of(ChessChoose.most_likely)))
+        parts.append(core.method(core.code_of(ChessChoose.most_likely)))
     # the loop is Harness.run; h0's per-position retry budget ends an episode after too many illegal moves
-    parts += [method(code_of(ChessH0.start)), method(code_of(ChessH0.give_up))]
+    parts += [core.method(core.code_of(ChessH0.start)), core.method(core.code_of(ChessH0.give_up))]
     examples = [(e["fen"], e["move"]) for e in g.get("examples") or []] if s["memory"] == "examples" else []
-    prefix = string_list("EXAMPLES", examples, "Solved puzzles from the archive (FEN, the move played).")
-    return prefix + join_methods(*parts)
+    prefix = core.string_list("EXAMPLES", examples, "Solved puzzles from the archive (FEN, the move played).")
+    return prefix + core.join_methods(*parts)
 
 
 _FEN = re.compile(r"FEN: (\S+ [wb] \S+ \S+ \d+ \d+)")

@@ -11,21 +11,8 @@ from __future__ import annotations
 import re
 
 from harnesses.math.calculator import MathCalculator
-from whale_train.meta_harness.library.core import (
-    Choice,
-    Constant,
-    DomainLibrary,
-    Genome,
-    class_header,
-    code_of,
-    define,
-    harvest_answered,
-    join_methods,
-    memory_slot,
-    method,
-    py,
-    string_list,
-)
+from whale_train.meta_harness.library import core
+from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, memory_slot
 from whale_train.rollout import Trajectory
 
 SLOTS = {
@@ -118,11 +105,11 @@ def render(g: Genome, name: str) -> str:
     if memory:
         attrs["max_examples"] = 2
     doc = "; ".join(f"{slot}: {choice}" for slot, choice in s.items())
-    parts = [class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
+    parts = [core.class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
 
     if s["observation"] == "env_text":
         parts.append(
-            define(
+            core.define(
                 "format_observation(self, obs, info)",
                 "return obs",
                 doc="The env's own text: the problem, tool output, how to reply, and any error.",
@@ -135,7 +122,7 @@ def render(g: Genome, name: str) -> str:
                 text += f"\\nPython output: {(tool.get('stdout') or tool.get('stderr') or '').strip()[:400]}"
             """
         parts.append(
-            define(
+            core.define(
                 "format_observation(self, obs, info)",
                 """text = f"Problem: {info['question']}\"""",
                 tool_output if s["observation"] == "full" else "",
@@ -147,7 +134,7 @@ def render(g: Genome, name: str) -> str:
             )
         )
 
-    instruction = py(HINTS[s["hint"]] + FORMATS[s["output"]])
+    instruction = core.py(HINTS[s["hint"]] + FORMATS[s["output"]])
     examples = """
         shown = [f"Example: Problem: {q}\\nAnswer: {self.answer_text(a)}" for q, a in EXAMPLES if q != info["question"]]
         text = "\\n\\n".join(shown[: self.max_examples] + [text])
@@ -160,7 +147,7 @@ def render(g: Genome, name: str) -> str:
     else:
         ending = f'return text + "\\n" + {instruction}'
     parts.append(
-        define(
+        core.define(
             "build_prompt(self, text, info)",
             examples if memory else "",
             ending,
@@ -169,7 +156,7 @@ def render(g: Genome, name: str) -> str:
     )
     if memory:
         shown = '"\\\\boxed{" + answer + "}"' if s["output"] != "answer_line" else '"answer: " + answer'
-        parts.append(define("answer_text(self, answer)", f"return {shown}"))
+        parts.append(core.define("answer_text(self, answer)", f"return {shown}"))
 
     python = """
         if text.lower().startswith("python:"):
@@ -195,7 +182,7 @@ def render(g: Genome, name: str) -> str:
             return f"answer: {found}" if found else None
             """
     parts.append(
-        define(
+        core.define(
             "parse_action(self, text, info)",
             "text = text.strip()",
             python if s["tool"] != "none" else "",
@@ -208,7 +195,7 @@ def render(g: Genome, name: str) -> str:
 
     if s["action"] != "generate":
         parts.append(
-            define(
+            core.define(
                 "answers(self, actions)",
                 """
                 values = [a.split(":", 1)[1].replace(" ", "") for a in actions if a and a.startswith("answer:")]
@@ -225,7 +212,7 @@ def render(g: Genome, name: str) -> str:
                         return action
             """
         parts.append(
-            define(
+            core.define(
                 "act(self, obs, info, llm)",
                 """
                 prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
@@ -244,7 +231,7 @@ def render(g: Genome, name: str) -> str:
     if s["tool"] == "calculator":
         if s["action"] == "vote":
             parts.append(
-                define(
+                core.define(
                     "expression(self, prompt, llm)",
                     """
                     replies = llm.sample(prompt, self.samples, **self.params())
@@ -254,16 +241,16 @@ def render(g: Genome, name: str) -> str:
                 )
             )
         else:
-            parts.append(method(code_of(MathCalculator.expression)))
-        parts.append(method(code_of(MathCalculator.run)))
+            parts.append(core.method(core.code_of(MathCalculator.expression)))
+        parts.append(core.method(core.code_of(MathCalculator.run)))
     examples = [(e["question"], e["answer"]) for e in g.get("examples") or []] if memory else []
-    prefix = string_list("EXAMPLES", examples, "Solved problems from the archive (problem, answer).")
-    return prefix + join_methods(*parts)
+    prefix = core.string_list("EXAMPLES", examples, "Solved problems from the archive (problem, answer).")
+    return prefix + core.join_methods(*parts)
 
 
 def harvest(traj: Trajectory) -> dict[str, str] | None:
     """A solved problem: its text and the answer given."""
-    return harvest_answered(traj, re.compile(r"Problem: (.+)"))
+    return core.harvest_answered(traj, re.compile(r"Problem: (.+)"))
 
 
 LIBRARY = DomainLibrary("math", SLOTS, CONSTANTS, H0, render, harvest)

@@ -13,21 +13,8 @@ from __future__ import annotations
 import re
 
 from harnesses.search_qa.follow_up import SearchFollowUp
-from whale_train.meta_harness.library.core import (
-    Choice,
-    Constant,
-    DomainLibrary,
-    Genome,
-    class_header,
-    code_of,
-    define,
-    harvest_answered,
-    join_methods,
-    memory_slot,
-    method,
-    py,
-    string_list,
-)
+from whale_train.meta_harness.library import core
+from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, memory_slot
 from whale_train.rollout import Trajectory
 
 SLOTS = {
@@ -119,19 +106,19 @@ def render(g: Genome, name: str) -> str:
     if memory:
         attrs["max_examples"] = 2
     doc = "; ".join(f"{slot}: {choice}" for slot, choice in s.items())
-    parts = [class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
+    parts = [core.class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
 
     if s["query"] == "model":
-        parts.append(method(code_of(SearchFollowUp.first_query)))
+        parts.append(core.method(core.code_of(SearchFollowUp.first_query)))
     elif s["query"] == "question":
         parts.append(
-            define(
+            core.define(
                 "first_query(self, info, llm)", 'return info["question"]', doc="Search the question itself."
             )
         )
     else:
         parts.append(
-            define(
+            core.define(
                 "first_query(self, info, llm)",
                 """
                 words = re.findall(r"[\\w'-]+", info["question"])
@@ -141,8 +128,8 @@ def render(g: Genome, name: str) -> str:
                 doc="Query rewriting: the question without its question words and fillers.",
             )
         )
-    parts.append(method(code_of(SearchFollowUp.shown)))
-    instruction = py("\n" + HINTS[s["hint"]] + "Answer the question inside <answer></answer>.")
+    parts.append(core.method(core.code_of(SearchFollowUp.shown)))
+    instruction = core.py("\n" + HINTS[s["hint"]] + "Answer the question inside <answer></answer>.")
     examples = """
         shown = [f"Example: Question: {q}\\nAnswer: <answer>{a}</answer>" for q, a in EXAMPLES if q != info["question"]]
         prompt = "\\n\\n".join(shown[: self.max_examples] + [prompt])
@@ -150,7 +137,7 @@ def render(g: Genome, name: str) -> str:
     question = "f\"Question: {info['question']}\\nPassage: {self.shown(seen)}\" + " + instruction
     if memory:
         parts.append(
-            define(
+            core.define(
                 "answer_prompt(self, info, seen)",
                 f"prompt = {question}",
                 examples,
@@ -159,12 +146,12 @@ def render(g: Genome, name: str) -> str:
             )
         )
     else:
-        parts.append(define("answer_prompt(self, info, seen)", f"return {question}"))
+        parts.append(core.define("answer_prompt(self, info, seen)", f"return {question}"))
     if s["output"] == "tag":
-        parts.append(method(code_of(SearchFollowUp.parse_answer)))
+        parts.append(core.method(core.code_of(SearchFollowUp.parse_answer)))
     else:
         parts.append(
-            define(
+            core.define(
                 "parse_answer(self, reply)",
                 """
                 found = extract_tag(reply, "answer") or reply
@@ -177,7 +164,7 @@ def render(g: Genome, name: str) -> str:
         )
     if s["answer"] == "vote":
         parts.append(
-            define(
+            core.define(
                 "answer(self, info, seen, llm)",
                 """
                 prompt = self.make_prompt(self.answer_prompt(info, seen), info, llm)
@@ -188,12 +175,12 @@ def render(g: Genome, name: str) -> str:
             )
         )
     else:
-        parts.append(method(code_of(SearchFollowUp.answer)))
+        parts.append(core.method(core.code_of(SearchFollowUp.answer)))
     if s["follow_up"] != "none":
-        parts.append(method(code_of(SearchFollowUp.next_query)))
+        parts.append(core.method(core.code_of(SearchFollowUp.next_query)))
     if s["follow_up"] == "model_choose":
-        parts.append(method(code_of(SearchFollowUp.pick)))
-        parts.append(method(code_of(SearchFollowUp.run)))
+        parts.append(core.method(core.code_of(SearchFollowUp.pick)))
+        parts.append(core.method(core.code_of(SearchFollowUp.run)))
     elif s["follow_up"] == "model":
         run = """
             obs, info = env.reset()
@@ -225,18 +212,20 @@ def render(g: Genome, name: str) -> str:
             env.step(f"answer: {self.answer(info, seen, llm) or 'unknown'}")
             """
     if s["follow_up"] != "model_choose":  # that one is the shipped search_qa/follow_up's loop
-        parts.append(define("run(self, env, llm)", run))
+        parts.append(core.define("run(self, env, llm)", run))
     prefix = ""
     if s["query"] == "keywords":
-        prefix += f"#: Question words and fillers left out of the query.\nSTOPWORDS = {py(' '.join(STOPWORDS))}.split()\n\n\n"
+        prefix += f"#: Question words and fillers left out of the query.\nSTOPWORDS = {core.py(' '.join(STOPWORDS))}.split()\n\n\n"
     examples_list = [(e["question"], e["answer"]) for e in g.get("examples") or []] if memory else []
-    prefix += string_list("EXAMPLES", examples_list, "Solved questions from the archive (question, answer).")
-    return prefix + join_methods(*parts)
+    prefix += core.string_list(
+        "EXAMPLES", examples_list, "Solved questions from the archive (question, answer)."
+    )
+    return prefix + core.join_methods(*parts)
 
 
 def harvest(traj: Trajectory) -> dict[str, str] | None:
     """A solved question: its text and the answer given."""
-    return harvest_answered(traj, re.compile(r"Question: (.+)"))
+    return core.harvest_answered(traj, re.compile(r"Question: (.+)"))
 
 
 LIBRARY = DomainLibrary("search", SLOTS, CONSTANTS, H0, render, harvest)
