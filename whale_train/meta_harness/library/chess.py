@@ -144,10 +144,7 @@ def render(g: Genome, name: str) -> str:
     attrs["illegal_retries"] = c["illegal_retries"]
     if s["action"] == "vote":
         attrs["samples"] = c["samples"]
-    if s["memory"] == "examples":
-        attrs["max_examples"] = 2
-    doc = "; ".join(f"{slot}: {choice}" for slot, choice in s.items())
-    parts = [core.class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
+    parts = [core.candidate_header(name, g, attrs)]
 
     parts.append(
         core.method(

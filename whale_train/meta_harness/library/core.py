@@ -158,6 +158,16 @@ def class_header(name: str, attrs: dict[str, Any], doc: str) -> str:
     return "\n".join(lines)
 
 
+def candidate_header(name: str, genome: Genome, attrs: dict[str, Any]) -> str:
+    """A candidate's class line, a docstring naming its mechanisms, and ``attrs`` as class attributes
+    (with ``max_examples`` last when its memory mechanism shows examples)."""
+    slots = genome["slots"]
+    if slots.get("memory") == "examples":
+        attrs = {**attrs, "max_examples": 2}
+    doc = "; ".join(f"{slot}: {choice}" for slot, choice in slots.items())
+    return class_header(name, attrs, f"Offline-proposer harness ({doc}).")
+
+
 def join_methods(*methods: str) -> str:
     return "\n\n".join(m for m in methods if m)
 

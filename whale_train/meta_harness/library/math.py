@@ -102,10 +102,7 @@ def render(g: Genome, name: str) -> str:
     else:
         attrs["samples"] = c["samples"]
     memory = s["memory"] == "examples"
-    if memory:
-        attrs["max_examples"] = 2
-    doc = "; ".join(f"{slot}: {choice}" for slot, choice in s.items())
-    parts = [core.class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
+    parts = [core.candidate_header(name, g, attrs)]
 
     if s["observation"] == "env_text":
         parts.append(

@@ -103,10 +103,7 @@ def render(g: Genome, name: str) -> str:
     if s["answer"] == "vote":
         attrs["samples"] = c["samples"]
     memory = s["memory"] == "examples"
-    if memory:
-        attrs["max_examples"] = 2
-    doc = "; ".join(f"{slot}: {choice}" for slot, choice in s.items())
-    parts = [core.class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
+    parts = [core.candidate_header(name, g, attrs)]
 
     if s["query"] == "model":
         parts.append(core.method(core.code_of(SearchFollowUp.first_query)))
