@@ -14,11 +14,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def fresh_model_dir(tmp_path_factory) -> str:
     """An untrained ~1M-parameter Qwen3 model with a tokenizer trained on the three envs' observations."""
-    import whale_envs  # noqa: F401
+    import whale_envs
     from whale_train.tiny import build_model, save, train_tokenizer
 
     texts = []
-    for env_id in ("whale/Chess-v0", "whale/Math-v0", "whale/SearchQA-v0"):
+    for env_id in (whale_envs.CHESS_ID, whale_envs.MATH_ID, whale_envs.SEARCH_QA_ID):
         env = gym.make(env_id)
         texts += [env.reset(seed=i)[0] for i in range(40)]
     texts += ["<move>e2e4</move> \\boxed{12} <search>x</search> <answer>y</answer> python: print(1)"] * 20

@@ -18,16 +18,16 @@ from pathlib import Path
 
 import gymnasium as gym
 
-import whale_envs  # noqa: F401
 from harnesses.loader import load_harness
+from whale_train.domains import get_domain
 from whale_train.llm import load_llm
 from whale_train.rollout import RolloutConfig, run_rollouts, summarize
 from whale_train.rsft import RSFT, RSFTConfig
+from whale_train.stats import mean_se
 
+#: Domain -> (env, h0), from the domain registry, in the order of the results table.
 DOMAINS = {
-    "math": ("whale/Math-v0", "math/h0"),
-    "chess": ("whale/Chess-v0", "chess_puzzles/h0"),
-    "search": ("whale/SearchQA-v0", "search_qa/h0"),
+    name: (get_domain(name).env_id, get_domain(name).base_harness) for name in ("math", "chess", "search")
 }
 
 
@@ -52,10 +52,7 @@ def evaluate(llm, env_id: str, harness, limit: int, k: int, seed: int) -> dict:
 
 def paired(first: dict, last: dict) -> tuple[float, float]:
     """Mean and standard error of the per-task differences (the same test tasks before and after)."""
-    diffs = [last["per_task"][t] - m for t, m in first["per_task"].items()]
-    mean = sum(diffs) / len(diffs)
-    var = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
-    return mean, math.sqrt(var / len(diffs))
+    return mean_se(last["per_task"][t] - m for t, m in first["per_task"].items())
 
 
 def run_domain(domain: str, args) -> dict:

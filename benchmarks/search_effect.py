@@ -18,7 +18,9 @@ import shlex
 import shutil
 from pathlib import Path
 
-ENVS = {"chess": "whale/Chess-v0", "math": "whale/Math-v0", "search": "whale/SearchQA-v0"}
+from whale_train.domains import registered
+
+ENVS = {d.name: d.env_id for d in registered()}  # chess, math, search
 
 #: Search iterations per domain: what fits in at most about five minutes of search on a 2-core CPU
 #: (a chess candidate that scores every legal move takes minutes, a math or search-QA one seconds).

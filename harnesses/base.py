@@ -21,7 +21,7 @@ Every call through the handles is recorded by the engine (the trajectory), outsi
 reach. ``Harness`` offers the usual loop as overridable hooks, so a small idea is a small diff:
 
     format_observation -> build_prompt -> llm -> parse_action (-> on_parse_error, retry) -> env.step
-                                                                   -> on_feedback
+                                                                   -> give_up? -> on_feedback
 
 Harness files may import only ``harnesses.base`` names and a small standard-library allow-list (see
 ``harnesses.validate``); they run in a separate worker process unless they ship with the package and
@@ -88,7 +88,7 @@ class Harness:
         while True:
             action = self.act(obs, info, llm)
             obs, reward, terminated, truncated, info = env.step(action)
-            if terminated or truncated:
+            if terminated or truncated or self.give_up(obs, info):
                 return
             self.on_feedback(obs, info)
 
@@ -134,6 +134,11 @@ class Harness:
     def on_parse_error(self, prompt: Prompt, text: str, info: dict[str, Any]) -> Prompt:
         """The prompt for a retry after an unparseable completion (default: the same prompt)."""
         return prompt
+
+    def give_up(self, obs: str, info: dict[str, Any]) -> bool:
+        """Called after a step that did not end the episode: True ends it here (e.g. after too many
+        rejected actions in a row; default: never)."""
+        return False
 
     def on_feedback(self, obs: str, info: dict[str, Any]) -> None:
         """Called after a step that did not end the episode (e.g. an error message or a tool result)."""

@@ -10,24 +10,23 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-import whale_envs  # noqa: F401  (registers the envs)
 from tests.test_trainer import MODEL, SMOKE, ledger, units
+from whale_train.domains import get_domain, registered
 from whale_train.meta_harness import MetaHarnessConfig
 from whale_train.schedule import METHODS
 from whale_train.trainer import Run, TrainConfig
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
-#: configs/<domain>/ -> the env and the task source of the smoke runs (small train/harness/test splits).
-DOMAINS = {
-    "chess": ("whale/Chess-v0", "generated?difficulty=1&size=80"),  # 56 / 6 / 18 tasks
-    "math": ("whale/Math-v0", "generated?difficulty=1&size=80"),  # 57 / 15 / 8
-    "search": ("whale/SearchQA-v0", "generated?difficulty=1&size=80"),  # 57 / 12 / 11
-}
+#: The task source of the smoke runs: small train/harness/test splits (chess 56 / 6 / 18 tasks, math
+#: 57 / 15 / 8, search 57 / 12 / 11).
+SMOKE_TASKS = "generated?difficulty=1&size=80"
+#: configs/<domain>/ for every registered (at collection: built-in) domain -> its env and the smoke tasks.
+DOMAINS = {d.name: (d.env_id, SMOKE_TASKS) for d in registered()}
 GPU = {
-    "math_whale": ("whale/Math-v0", "Qwen/Qwen3.5-2B"),
-    "search_whale": ("whale/SearchQA-v0", "Qwen/Qwen3.5-2B"),
-    "chess_whale": ("whale/Chess-v0", "Qwen/Qwen3.5-4B"),
+    "math_whale": (get_domain("math").env_id, "Qwen/Qwen3.5-2B"),
+    "search_whale": (get_domain("search").env_id, "Qwen/Qwen3.5-2B"),
+    "chess_whale": (get_domain("chess").env_id, "Qwen/Qwen3.5-4B"),
 }
 
 

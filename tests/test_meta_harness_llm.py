@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.http_fake import send_json
 from tests.test_meta_harness import FAST, MATH, tool_shy_math_model
 from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
 
@@ -62,12 +63,7 @@ class Server:
                     "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
                     "usage": {"prompt_tokens": 100 * n, "completion_tokens": 10},
                 }
-                data = json.dumps(reply).encode()
-                self.send_response(outer.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, outer.status, reply)
 
             def log_message(self, *args):
                 pass

@@ -227,7 +227,7 @@ def test_ctrl_c_saves_what_is_done(tmp_path, monkeypatch):
         yield next(stream)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pt, "batches", interrupted)
+    monkeypatch.setattr(pt.training, "batches", interrupted)  # train() reads its own module's name
     info = pt.pretrain(pt.PretrainConfig(out=str(tmp_path / "m"), steps=50, eval_tasks=4, **FAST))
     assert info["training"]["interrupted"] and info["training"]["steps"] == 2
     assert info["calibration"] == {}  # an interrupted run is saved, not measured

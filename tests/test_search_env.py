@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import whale_envs  # noqa: F401  (registers the envs)
+from tests.http_fake import send_json
 from whale_envs.data import bundled_path
 from whale_envs.search import SearchQAEnv, normalize_answer, parse_action
 from whale_envs.text_env import ActionError
@@ -337,14 +338,7 @@ class _JudgeServer:
                 outer.requests.append(
                     {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
                 )
-                data = json.dumps(
-                    {"choices": [{"message": {"role": "assistant", "content": reply}}]}
-                ).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, {"choices": [{"message": {"role": "assistant", "content": reply}}]})
 
             def log_message(self, *args):
                 pass

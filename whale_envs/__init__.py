@@ -25,12 +25,18 @@ from whale_envs.tasks import (
 )
 from whale_envs.text_env import ActionError, Outcome, TextEnv
 
+#: The ids of the built-in envs: the one place they are written (everything else imports these or reads
+#: the domain registry, ``whale_train.domains``).
+CHESS_ID = "whale/Chess-v0"
+MATH_ID = "whale/Math-v0"
+SEARCH_QA_ID = "whale/SearchQA-v0"
+
 #: Every env this package registers: id -> entry point. The domain's task sources are registered
 #: when its subpackage (``whale_envs.<domain>``) is imported.
 ENVS: dict[str, str] = {
-    "whale/Chess-v0": "whale_envs.chess:ChessEnv",
-    "whale/SearchQA-v0": "whale_envs.search:SearchQAEnv",
-    "whale/Math-v0": "whale_envs.math:MathEnv",
+    CHESS_ID: "whale_envs.chess:ChessEnv",
+    SEARCH_QA_ID: "whale_envs.search:SearchQAEnv",
+    MATH_ID: "whale_envs.math:MathEnv",
 }
 
 
@@ -43,7 +49,10 @@ def _register() -> None:
 _register()
 
 __all__ = [
+    "CHESS_ID",
     "ENVS",
+    "MATH_ID",
+    "SEARCH_QA_ID",
     "SPLITS",
     "ActionError",
     "GeneratedSource",

@@ -23,10 +23,11 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
+import json
 import os
 import random
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -78,6 +79,19 @@ class TaskSource(Protocol[P]):
     def ids(self) -> Sequence[str]: ...
 
     def get(self, task_id: str) -> Task[P]: ...
+
+
+def json_lines(lines: Iterable[str], where: str) -> Iterator[tuple[int, Any]]:
+    """(line number, value) for every non-blank line of a JSON Lines file (``lines``, named ``where`` in
+    messages); a line that is not JSON is a ``TaskSourceError`` naming the file and the line."""
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TaskSourceError(f"{where}, line {line_no}: not valid JSON: {exc.msg}") from None
+        yield line_no, value
 
 
 def split_of(task_id: str) -> str:

@@ -33,6 +33,8 @@ from rich.table import Table
 
 import whale_envs
 from whale_envs.tasks import SPLIT_NAMES, SPLITS, TaskSourceError, source_kinds, split_ids
+from whale_train.domains import import_env_module
+from whale_train.errors import CLIError
 
 
 def make_console(stderr: bool = False) -> Console:
@@ -48,10 +50,6 @@ console = make_console()
 errors = make_console(stderr=True)  # one line per error, never wrapped
 
 DISTRIBUTION = "whale-harness"  # the name on the package index; the import names are whale_envs, ...
-
-
-class CLIError(Exception):
-    """A user mistake: printed as one clear line, exit status 2."""
 
 
 class Interrupted(Exception):
@@ -94,9 +92,7 @@ class Parser(argparse.ArgumentParser):
 
 def make_env(env_id: str, tasks: str | None, split: str = "all", **kwargs) -> gym.Env:
     """``gym.make`` with user errors (unknown env, bad task source) as one-line CLIErrors."""
-    if env_id not in gym.registry:
-        known = ", ".join(sorted(whale_envs.ENVS))
-        raise CLIError(f"unknown env {env_id!r}; registered: {known}")
+    _check_env(env_id)
     try:
         options = {"tasks": tasks} if tasks else {}
         return gym.make(env_id, split=split, **options, **kwargs)
@@ -121,6 +117,14 @@ def progress_bar(description: str, total: int):
 def env_domain(env_id: str) -> str:
     """The folder of an env's shipped harnesses (``whale/Chess-v0`` -> ``chess_puzzles``)."""
     return {"chess": "chess_puzzles", "math": "math", "search": "search_qa"}[_domain_of(env_id)]
+
+
+def _check_env(env_id: str) -> None:
+    """A built-in env id, or a user's ``module:EnvId`` (the module is imported, as ``gym.make`` does)."""
+    try:
+        import_env_module(env_id)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------------------ envs

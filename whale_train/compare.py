@@ -1076,7 +1076,7 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_compare(args) -> int:
-    from whale_train.cli import CLIError
+    from whale_train.errors import CLIError
 
     try:
         cfg = CompareConfig.load(args.config, args.overrides)

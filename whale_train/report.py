@@ -304,7 +304,7 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_report(args) -> int:
-    from whale_train.cli import CLIError
+    from whale_train.errors import CLIError
 
     try:
         path = write_report(args.runs, args.out)

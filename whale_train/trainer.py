@@ -37,14 +37,13 @@ from typing import Any, Protocol
 import yaml
 
 from harnesses.loader import HarnessRef, load_harness
+from whale_envs import MATH_ID
 from whale_train import distributed
+from whale_train.domains import domain_for
 from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
 from whale_train.rsft import RSFT, ModelFailure, RSFTConfig, check_model
 from whale_train.schedule import METHODS, Decision, RunState, ScheduleConfig, make_schedule
 from whale_train.tracking import Tracker, event_metrics, parse_report_to
-
-DOMAIN_OF = {"whale/Chess-v0": "chess_puzzles", "whale/Math-v0": "math", "whale/SearchQA-v0": "search_qa"}
-
 
 # ------------------------------------------------------------------------------------------ config
 
@@ -72,9 +71,9 @@ class TrainConfig:
 
     name: str = "run"
     method: str = "whale"
-    env: str = "whale/Math-v0"
+    env: str = MATH_ID
     tasks: str | None = None
-    harness: str | None = None  # default: the domain's h0
+    harness: str | None = None  # default: the domain's base harness (a user's env must name its h0 file)
     model: str | None = None  # default: the shipped tiny model
     backend: str = "transformers"
     base_url: str | None = None
@@ -98,8 +97,8 @@ class TrainConfig:
     def validate(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; known: {', '.join(METHODS)}")
-        if self.env not in DOMAIN_OF:
-            raise ValueError(f"unknown env {self.env!r}; known: {', '.join(DOMAIN_OF)}")
+        if self.harness is None and domain_for(self.env).base_harness is None:  # ValueError: unknown env
+            raise ValueError(f"harness: {self.env} has no registered base harness; name its h0 file")
         if self.budget_rollouts < 1:
             raise ValueError("budget_rollouts must be positive")
         if self.eval.every not in ("phase", "unit"):
@@ -134,7 +133,7 @@ class TrainConfig:
 
     @property
     def harness_name(self) -> str:
-        return self.harness or f"{DOMAIN_OF[self.env]}/h0"
+        return self.harness or domain_for(self.env).base_harness
 
     @property
     def weight_step_cost(self) -> int:
@@ -796,7 +795,7 @@ def _plain(console):
 
 
 def _train_config(args) -> TrainConfig:
-    from whale_train.cli import CLIError
+    from whale_train.errors import CLIError
 
     if args.resume and args.out and not Path(args.out).exists():
         raise CLIError(

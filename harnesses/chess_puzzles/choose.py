@@ -13,5 +13,9 @@ class ChessChoose(ChessH0):
 
     def act(self, obs, info, llm):
         prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
-        moves = info["legal_moves_uci"]
-        return moves[llm.choose(prompt, [f"<move>{m}</move>" for m in moves])]
+        return self.most_likely(prompt, info, llm)
+
+    def most_likely(self, prompt, info, llm):
+        """The legal move whose answer the model finds most likely (never illegal)."""
+        moves = self.legal(info)
+        return moves[llm.choose(prompt, [self.option(m) for m in moves])]

@@ -21,11 +21,25 @@ class ChessH0(Harness):
         super().start(obs, info)
         self.failures_here = 0
 
+    def give_up(self, obs, info):
+        """After ``illegal_retries`` rejected moves in a row on one position, give up."""
+        if not info.get("error"):
+            self.failures_here = 0
+            return False
+        self.failures_here += 1
+        return self.failures_here > self.illegal_retries
+
+    def legal(self, info):
+        return info["legal_moves_uci"]
+
+    def option(self, move):
+        return "<move>" + move + "</move>"
+
     def format_observation(self, obs, info):
         lines = [f"Chess puzzle. You play {info['solver_color']}. {info['goal']}"]
         if info.get("last_opponent_move"):
             lines.append(f"Opponent's last move: {info['last_opponent_move']}")
-        lines += [info["board"], f"FEN: {info['fen']}", "Legal moves: " + " ".join(info["legal_moves_uci"])]
+        lines += [info["board"], f"FEN: {info['fen']}", "Legal moves: " + " ".join(self.legal(info))]
         if info.get("error"):
             lines.append(f"Your previous answer was rejected: {info['error']}")
         return "\n".join(lines)
@@ -35,18 +49,3 @@ class ChessH0(Harness):
 
     def parse_action(self, text, info):
         return extract_tag(text, "move")
-
-    def run(self, env, llm):
-        obs, info = env.reset()
-        self.start(obs, info)
-        while True:
-            action = self.act(obs, info, llm)
-            obs, reward, terminated, truncated, info = env.step(action)
-            if terminated or truncated:
-                return
-            if info.get("error"):
-                self.failures_here += 1
-                if self.failures_here > self.illegal_retries:
-                    return  # one illegal-move retry per position, then give up
-            else:
-                self.failures_here = 0

@@ -5,18 +5,16 @@ names a legal move, choose among the legal moves by likelihood (as ``choose.py``
 """
 
 from harnesses.base import extract_tag, majority
-from harnesses.chess_puzzles.h0 import ChessH0
+from harnesses.chess_puzzles.choose import ChessChoose
 
 
-class ChessVote(ChessH0):
+class ChessVote(ChessChoose):
     name = "chess_puzzles/vote"
     samples = 8
 
     def act(self, obs, info, llm):
         prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
-        legal = info["legal_moves_uci"]
+        legal = self.legal(info)
         answers = [extract_tag(t, "move") for t in llm.sample(prompt, self.samples, **self.params())]
         move = majority([a.lower() for a in answers if a and a.lower() in legal])
-        if move is not None:
-            return move
-        return legal[llm.choose(prompt, [f"<move>{m}</move>" for m in legal])]
+        return move if move is not None else self.most_likely(prompt, info, llm)

@@ -13,7 +13,12 @@ class MathCalculator(MathH0):
     name = "math/calculator"
     max_tokens = 48
 
+    def expression(self, prompt, llm):
+        return extract_tag(llm.complete(prompt, **self.params()), "expr")
+
     def run(self, env, llm):
+        """A calculator step first: the model writes one expression, the env's Python evaluates it and
+        the printed value is the answer. Without a usable value, the usual reply loop."""
         obs, info = env.reset()
         self.start(obs, info)
         if info.get("tool_calls_left"):
@@ -23,7 +28,7 @@ class MathCalculator(MathH0):
                 info,
                 llm,
             )
-            expr = extract_tag(llm.complete(prompt, **self.params()), "expr")
+            expr = self.expression(prompt, llm)
             if expr:
                 obs, reward, terminated, truncated, info = env.step(f"python: print({expr})")
                 if terminated or truncated:
@@ -33,7 +38,7 @@ class MathCalculator(MathH0):
                 if tool.get("exit_code") == 0 and value and "\n" not in value:
                     env.step(f"answer: {value}")
                     return
-        while True:  # fall back to h0
+        while True:
             obs, reward, terminated, truncated, info = env.step(self.act(obs, info, llm))
             if terminated or truncated:
                 return

@@ -1,5 +1,6 @@
 """Follow-up search with a likelihood pick, found by the offline Meta-Harness proposer on the shipped
 tiny model (benchmarks/results/search/search/i001-c0.py) and kept as a hand-readable shipped harness.
+Its methods are the follow-up mechanisms of the offline library, which renders them from this file.
 
 The model writes a query; an answer is read from the first passage found; the model writes one
 follow-up query from what it has read, and an answer is read from the new passage; the model's
@@ -43,6 +44,11 @@ class SearchFollowUp(Harness):
         prompt = self.make_prompt(self.answer_prompt(info, seen), info, llm)
         return self.parse_answer(llm.complete(prompt, **self.params()))
 
+    def next_query(self, info, seen, llm):
+        """The model's next query, written from the passages read so far (None if it writes none)."""
+        prompt = f"Question: {info['question']}\nPassages:\n{self.shown(seen)}\nWrite the next search query inside <search></search>."
+        return extract_tag(llm.complete(self.make_prompt(prompt, info, llm), **self.params()), "search")
+
     def pick(self, info, seen, answers, llm):
         """Of the answers read after each search, the one the model finds most likely given every
         passage read (likelihood selection: the model compares, it does not write)."""
@@ -68,8 +74,7 @@ class SearchFollowUp(Harness):
                 answers.append(found)  # what this search's passages say
             if round_ == self.follow_ups:
                 break
-            prompt = f"Question: {info['question']}\nPassages:\n{self.shown(seen)}\nWrite the next search query inside <search></search>."
-            query = extract_tag(llm.complete(self.make_prompt(prompt, info, llm), **self.params()), "search")
+            query = self.next_query(info, seen, llm)
             if not query:
                 break
         env.step(f"answer: {self.pick(info, seen, answers, llm) or 'unknown'}")

@@ -16,7 +16,6 @@ MATH-format file: ``problem``, and ``answer`` or else the last ``\\boxed{}`` of 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 from whale_envs.data import bundled_path
 from whale_envs.math.problem import MathProblem
 from whale_envs.math.verify import last_boxed
-from whale_envs.tasks import ListSource, Task, TaskSourceError
+from whale_envs.tasks import ListSource, Task, TaskSourceError, json_lines
 
 
 def _existing(path: str, what: str) -> Path:
@@ -37,13 +36,7 @@ def _existing(path: str, what: str) -> Path:
 def _rows(file: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line of a jsonl file."""
     with open(file, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TaskSourceError(f"{file}, line {line_no}: not valid JSON: {exc.msg}") from None
+        for line_no, row in json_lines(fh, str(file)):
             if not isinstance(row, dict):
                 raise TaskSourceError(
                     f"{file}, line {line_no}: expected a JSON object, got {type(row).__name__}"

@@ -158,23 +158,21 @@ class _Namer:
                 return name
         raise RuntimeError("name space exhausted")  # not reached with the sizes validate() allows
 
-    def person(self, like: str | None = None) -> str:
-        rng = self.rng
+    def _two_part(self, like: str | None, first: Callable[[], str], second: Callable[[], str]) -> str:
+        """A new ``first() second()`` name; with ``like``, one like it: half the time its first part
+        kept and a new second part, else a new first part and its second part kept."""
         if like is None:
-            return self._claim(lambda: f"{self._word(2)} {self._word(rng.choice((2, 3)))}")
-        first, last = like.split(" ", 1)
-        if rng.random() < 0.5:
-            return self._claim(lambda: f"{first} {self._word(rng.choice((2, 3)))}")
-        return self._claim(lambda: f"{self._word(2)} {last}")
+            return self._claim(lambda: f"{first()} {second()}")
+        kept_first, kept_second = like.split(" ", 1)
+        if self.rng.random() < 0.5:
+            return self._claim(lambda: f"{kept_first} {second()}")
+        return self._claim(lambda: f"{first()} {kept_second}")
+
+    def person(self, like: str | None = None) -> str:
+        return self._two_part(like, lambda: self._word(2), lambda: self._word(self.rng.choice((2, 3))))
 
     def company(self, like: str | None = None) -> str:
-        rng = self.rng
-        if like is None:
-            return self._claim(lambda: f"{self._word(2)} {rng.choice(COMPANY_SUFFIXES)}")
-        word, suffix = like.split(" ", 1)
-        if rng.random() < 0.5:
-            return self._claim(lambda: f"{word} {rng.choice(COMPANY_SUFFIXES)}")
-        return self._claim(lambda: f"{self._word(2)} {suffix}")
+        return self._two_part(like, lambda: self._word(2), lambda: self.rng.choice(COMPANY_SUFFIXES))
 
     def city(self, like: str | None = None) -> str:
         if like is None:

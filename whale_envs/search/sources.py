@@ -36,7 +36,7 @@ from typing import Any
 
 from whale_envs.data import bundled_path
 from whale_envs.search.corpus import Corpus, Passage, SearchQuestion, unique_ids
-from whale_envs.tasks import ListSource, Task, TaskSourceError
+from whale_envs.tasks import ListSource, Task, TaskSourceError, json_lines
 
 HOTPOT_SAMPLES = {
     "train": "hotpotqa_train_sample100.json",
@@ -81,13 +81,7 @@ def read_records(path: Path) -> Iterator[tuple[int, str, Any]]:
     (JSON Lines) or record number (JSON array), ``where`` names file and row for messages."""
     if _base_suffix(path) == ".jsonl":
         with _open_text(path) as fh:
-            for line_no, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise TaskSourceError(f"{path}, line {line_no}: not valid JSON: {exc}") from None
+            for line_no, record in json_lines(fh, str(path)):
                 yield line_no, f"{path}, line {line_no}", record
         return
     with _open_text(path) as fh:

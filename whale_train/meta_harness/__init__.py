@@ -13,7 +13,7 @@ scoring), ``prompt_only`` (the Fast-Slow Training rule), ``lineage`` (the markdo
 docs/META_HARNESS.md.
 """
 
-from whale_train.meta_harness.acceptance import AcceptanceRule, Decision, PairedGain
+from whale_train.meta_harness.acceptance import AcceptanceRule, AcceptanceVerdict, PairedGain
 from whale_train.meta_harness.archive import Archive, candidate_id
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.meta_harness.offline import OfflineProposer
@@ -22,9 +22,9 @@ from whale_train.meta_harness.search import CandidateResult, HarnessSearch, Iter
 
 __all__ = [
     "AcceptanceRule",
+    "AcceptanceVerdict",
     "Archive",
     "CandidateResult",
-    "Decision",
     "HarnessSearch",
     "IterationReport",
     "MetaHarnessConfig",

@@ -10,9 +10,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from whale_train.stats import mean_se
+
 
 @dataclass
-class Decision:
+class AcceptanceVerdict:
+    """What an ``AcceptanceRule`` says about a challenger: accepted or not, why, and the numbers behind it."""
+
     accept: bool
     reason: str
     numbers: dict[str, float] = field(default_factory=dict)
@@ -21,7 +25,7 @@ class Decision:
 class AcceptanceRule(Protocol):
     """Decides whether ``challenger`` beats ``incumbent`` by more than noise (both eval records)."""
 
-    def decide(self, incumbent: dict[str, Any], challenger: dict[str, Any]) -> Decision: ...
+    def decide(self, incumbent: dict[str, Any], challenger: dict[str, Any]) -> AcceptanceVerdict: ...
 
 
 @dataclass
@@ -36,16 +40,13 @@ class PairedGain:
     z: float = 2.0
     min_gain: float = 0.0
 
-    def decide(self, incumbent: dict[str, Any], challenger: dict[str, Any]) -> Decision:
+    def decide(self, incumbent: dict[str, Any], challenger: dict[str, Any]) -> AcceptanceVerdict:
         a, b = incumbent["per_task"], challenger["per_task"]
         tasks = sorted(set(a) & set(b))
         n = len(tasks)
         if n == 0:
-            return Decision(False, "no common tasks")
-        diffs = [b[t] - a[t] for t in tasks]
-        gain = sum(diffs) / n
-        var = sum((d - gain) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
-        se = math.sqrt(var / n)
+            return AcceptanceVerdict(False, "no common tasks")
+        gain, se = mean_se(b[t] - a[t] for t in tasks)
         threshold = max(self.min_gain, self.z * se)
         z_obs = gain / se if se > 0 else (math.inf if gain > 0 else 0.0)
         numbers = {"gain": gain, "se": se, "z": z_obs, "threshold": threshold, "tasks": n}
@@ -55,7 +56,7 @@ class PairedGain:
             f"{verdict} the incumbent: paired gain {100 * gain:+.1f} ± {100 * se:.1f} points on {n} tasks "
             f"(z = {z_obs:.2f}; needs gain > max({100 * self.min_gain:.1f}, {self.z:g} SE) = {100 * threshold:.1f})"
         )
-        return Decision(accept, reason, numbers)
+        return AcceptanceVerdict(accept, reason, numbers)
 
     def describe(self) -> str:
         return f"paired gain > max({self.min_gain:g}, {self.z:g} x its standard error) on the same tasks"

@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from harnesses.loader import HarnessRef, harness_from_source
+from whale_train.files import TMP_MARKER, atomic_write_json, atomic_write_text
 from whale_train.rollout import Trajectory, read_jsonl
 
 SEARCH_DIR = "search"
 STAGING_DIR = ".staging"
 ITERATION_ID = re.compile(r"^i(\d{3,})-c(\d+)$")
 SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-_TMP = ".tmp-"
 
 #: ``final_info`` keys that carry the gold answer: hidden in the archive's traces, so no proposer can
 #: copy answers of the search split into a harness (scores, diagnostics and the model's own output stay).
@@ -54,23 +54,6 @@ def parse_candidate_id(cid: str) -> tuple[int, int] | None:
     """(iteration, slot) of an iteration candidate id; None for the seed."""
     m = ITERATION_ID.match(cid)
     return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` beside ``path`` and rename it into place (readers see the old file or the new one)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}{_TMP}{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
-
-
-def atomic_write_json(path: str | Path, data: Any) -> Path:
-    return atomic_write_text(path, json.dumps(data, indent=1, ensure_ascii=False, default=str) + "\n")
 
 
 def now() -> str:
@@ -127,7 +110,7 @@ class Archive:
 
     def _clean(self) -> None:
         shutil.rmtree(self.root / STAGING_DIR, ignore_errors=True)
-        for tmp in self.root.rglob(f"*{_TMP}*"):
+        for tmp in self.root.rglob(f"*{TMP_MARKER}*"):
             if tmp.is_file():
                 tmp.unlink(missing_ok=True)
 

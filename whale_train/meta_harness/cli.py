@@ -99,15 +99,20 @@ def search_config(args: argparse.Namespace) -> MetaHarnessConfig:
 def cmd_search(args: argparse.Namespace) -> int:
     from whale_train.cli import CLIError, console, load_harness_for, make_env
     from whale_train.cli import _load_llm as load_llm
-    from whale_train.meta_harness.search import DOMAINS, HarnessSearch
+    from whale_train.domains import domain_for
+    from whale_train.meta_harness.search import HarnessSearch
 
-    if args.env not in DOMAINS:
-        raise CLIError(f"unknown env {args.env!r}; known: {', '.join(DOMAINS)}")
+    try:
+        domain = domain_for(args.env)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    if args.harness is None and domain.base_harness is None:
+        raise CLIError(f"--harness: {args.env} has no registered base harness; name its h0 file")
     try:
         config = search_config(args)
     except (ValueError, TypeError, yaml.YAMLError) as exc:
         raise CLIError(f"bad search config: {exc}") from None
-    out = Path(args.out or f"runs/search-{DOMAINS[args.env][0]}")
+    out = Path(args.out or f"runs/search-{domain.name}")
     env_kwargs = {"tasks": args.tasks} if args.tasks else {}
     make_env(args.env, args.tasks, "harness")  # a bad task source is a user error, before any work
     seed = load_harness_for(args.harness, args.env) if args.harness else None

@@ -23,20 +23,11 @@ from typing import Any
 
 from harnesses import base as harness_base
 from harnesses.validate import ALLOWED_MODULES
+from whale_train.domains import domain_for
 from whale_train.meta_harness import evaluate
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.meta_harness.proposer import Proposal, ProposalContext, ProposerError
 from whale_train.meta_harness.tools import ArchiveTools, ToolError
-
-#: The fields of the env's ``info`` dict per domain, for the instructions.
-INFO_FIELDS = {
-    "chess": "fen, board, legal_moves_uci, legal_moves_san, last_opponent_move, solver_color, goal, error, "
-    "error_kind. Actions: one move in UCI or SAN.",
-    "math": "question, tool_calls_left, last_tool (stdout, stderr, exit_code), error, error_kind. Actions: "
-    "'answer: <value>' (or a \\boxed{} answer) ends the episode; 'python: <code>' runs code in a sandbox.",
-    "search": "question, passages (id, title, text), searches_used, max_searches, error, error_kind. Actions: "
-    "'search: <query>' returns passages; 'answer: <text>' ends the episode.",
-}
 
 SYSTEM = """You are a harness engineer. A harness is the Python code around a language model: it builds \
 the model's prompts, calls it, parses what it says, and drives an environment ({env_id}) to solve tasks. \
@@ -66,7 +57,7 @@ The hypothesis says what you changed, why, and what you expect to see in the tra
 {prompt_only}
 The harness contract (harnesses/base.py):
 {contract}
-Imports allowed: {imports}, and the shipped harnesses (e.g. `from harnesses.{harness_dir}.h0 import ...`).
+Imports allowed: {imports}{shipped}.
 The env's info dict has: {info}
 """
 
@@ -326,16 +317,20 @@ class LLMProposer:
     # ------------------------------------------------------------------ prompts
 
     def _system(self, ctx: ProposalContext) -> str:
-        from whale_train.meta_harness.search import DOMAINS
-
+        domain = domain_for(ctx.env_id)
+        shipped = (
+            f", and the shipped harnesses (e.g. `from harnesses.{domain.harness_dir}.h0 import ...`)"
+            if domain.harness_dir
+            else " (the seed harness is not importable: copy what you need of its code)"
+        )
         return SYSTEM.format(
             env_id=ctx.env_id,
             version=ctx.model_version,
             prompt_only=PROMPT_ONLY.format(seed_id=ctx.seed_id) if ctx.prompt_only else "",
             contract=harness_base.__doc__,
             imports=", ".join(sorted(m for m in ALLOWED_MODULES if m != "__future__")),
-            harness_dir=DOMAINS[ctx.env_id][1],
-            info=INFO_FIELDS.get(ctx.domain, ""),
+            shipped=shipped,
+            info=domain.describe_info(),
         )
 
     def _task(self, ctx: ProposalContext) -> str:

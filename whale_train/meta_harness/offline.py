@@ -31,8 +31,9 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
+from whale_train.domains import domain_for, get_domain
 from whale_train.meta_harness.archive import Candidate, candidate_id, parse_candidate_id, sha256
-from whale_train.meta_harness.library import DomainLibrary, Genome, key, libraries
+from whale_train.meta_harness.library import DomainLibrary, Genome, key, library_for
 from whale_train.meta_harness.prompt_only import PROMPT_EDITS
 from whale_train.meta_harness.proposer import Proposal, ProposalContext
 
@@ -80,7 +81,7 @@ class OfflineProposer:
         else:
             options = self._options(ctx, prior, rng)
         options.sort(key=lambda o: -o.score)
-        library = libraries().get(ctx.domain)
+        library = _library(ctx)
         taken = {_fingerprint(c, library) for c in prior}
         last = next(
             (c.meta.get("change") for c in reversed(prior) if c.meta.get("proposer") == self.name), None
@@ -105,7 +106,7 @@ class OfflineProposer:
     # ------------------------------------------------------------------ code changes
 
     def _options(self, ctx: ProposalContext, prior: list[Candidate], rng: random.Random) -> list[_Option]:
-        library = libraries()[ctx.domain]
+        library = _library(ctx)
         tried = _tried_mechanisms(prior)
         effects = _effects(prior, library)
         parents = [ctx.incumbent] + [f for f in ctx.frontier if f != ctx.incumbent][:2]
@@ -275,6 +276,17 @@ class OfflineProposer:
 
 
 # ---------------------------------------------------------------------------------------- helpers
+
+
+def _library(ctx: ProposalContext) -> DomainLibrary:
+    """The domain's mechanism library (the generic one is written on top of the search's seed)."""
+    try:
+        domain = get_domain(ctx.domain)
+    except KeyError:  # a user's env without a registered domain
+        domain = domain_for(ctx.env_id)
+    if domain.library:
+        return domain.load_library()
+    return library_for(domain, ctx.archive.get(ctx.seed_id).source)
 
 
 def _iteration(cid: str) -> int:

@@ -26,9 +26,9 @@ from typing import Any
 
 import gymnasium as gym
 
-import whale_envs  # noqa: F401  (registers the envs)
 from harnesses.loader import HarnessRef, load_harness
 from whale_envs.sandbox import IsolationUnavailable
+from whale_train.domains import domain_for
 from whale_train.meta_harness import evaluate
 from whale_train.meta_harness.acceptance import AcceptanceRule, PairedGain, frontier, rank_key
 from whale_train.meta_harness.archive import (
@@ -40,17 +40,10 @@ from whale_train.meta_harness.archive import (
     parse_candidate_id,
 )
 from whale_train.meta_harness.config import MetaHarnessConfig
-from whale_train.meta_harness.library import libraries
+from whale_train.meta_harness.library import SeedLibrary, library_for
 from whale_train.meta_harness.proposer import Proposal, ProposalContext, Proposer, ProposerError
 
 logger = logging.getLogger("whale.meta_harness")
-
-#: Env id -> (domain of the mechanism library, folder of the shipped harnesses).
-DOMAINS = {
-    "whale/Chess-v0": ("chess", "chess_puzzles"),
-    "whale/Math-v0": ("math", "math"),
-    "whale/SearchQA-v0": ("search", "search_qa"),
-}
 
 
 @dataclass
@@ -164,9 +157,10 @@ class HarnessSearch:
         config: the search settings (``MetaHarnessConfig``).
         archive_dir: the archive folder (created, or resumed when it holds a search already).
         llm: the model candidates are scored with (``llm.version`` is its model version).
-        env_id: ``whale/Chess-v0``, ``whale/Math-v0`` or ``whale/SearchQA-v0``.
+        env_id: any env with a domain (``whale_train.domains.domain_for``): a built-in one, or a
+            user's ``module:EnvId``.
         env_kwargs: extra ``gym.make`` options (e.g. ``{"tasks": "lichess"}``); the split is set here.
-        seed_harness: the first incumbent (default: the domain's shipped ``h0``).
+        seed_harness: the first incumbent (default: the domain's base harness).
         proposer: a ``Proposer`` (default: from ``config.proposer``).
         rule: an ``AcceptanceRule`` (default: ``PairedGain(config.accept_z, config.accept_min_gain)``).
         log: called with one line per event (default: the ``whale.meta_harness`` logger).
@@ -185,22 +179,23 @@ class HarnessSearch:
         rule: AcceptanceRule | None = None,
         log: Callable[[str], None] | None = None,
     ):
-        if env_id not in DOMAINS:
-            raise ValueError(f"unknown env {env_id!r}; known: {', '.join(DOMAINS)}")
+        spec = domain_for(env_id)  # ValueError for an unknown env
         config.validate()
         self.config = config
         self.llm = llm
         self.env_id = env_id
         self.env_kwargs = {k: v for k, v in (env_kwargs or {}).items() if k != "split"}
-        self.domain, harness_dir = DOMAINS[env_id]
+        self.domain = spec.name
         self.archive = Archive(archive_dir)
         self.rule = rule or PairedGain(config.accept_z, config.accept_min_gain)
         self.proposer = proposer or make_proposer(config, self.env_kwargs)
         self.log = log or logger.info
         settings = self.archive.settings()
         if settings is None:
-            seed_harness = seed_harness or load_harness(f"{harness_dir}/h0")
-            settings = self._start(seed_harness, harness_dir)
+            if seed_harness is None and spec.base_harness is None:
+                raise ValueError(f"{env_id} has no base harness in its domain: give the seed harness")
+            seed_harness = seed_harness or load_harness(spec.base_harness)
+            settings = self._start(seed_harness, spec.base_harness)
         elif settings["env_id"] != env_id or settings["env_kwargs"] != self.env_kwargs:
             raise ValueError(
                 f"{self.archive.root} holds a search on {settings['env_id']} {settings['env_kwargs']}, "
@@ -213,7 +208,7 @@ class HarnessSearch:
         self.task_ids: list[str] = settings["task_ids"]
         self.seed_id: str = settings["seed_id"]
 
-    def _start(self, seed: HarnessRef, harness_dir: str) -> dict[str, Any]:
+    def _start(self, seed: HarnessRef, base_harness: str | None) -> dict[str, Any]:
         env = gym.make(self.env_id, split="harness", **self.env_kwargs).unwrapped
         ids = list(env.task_ids)
         rng = random.Random(f"tasks/{self.config.seed}")
@@ -221,7 +216,10 @@ class HarnessSearch:
         seed_id = seed.name.rsplit("/", 1)[-1] if seed.shipped else "seed"  # e.g. "h0"
         if not SAFE_ID.match(seed_id) or parse_candidate_id(seed_id) or seed_id == SEARCH_DIR:
             seed_id = "seed"
-        genome = libraries()[self.domain].h0 if seed.shipped and seed.name == f"{harness_dir}/h0" else None
+        library = library_for(domain_for(self.env_id), seed.source)
+        # a domain library's h0 genome is its shipped base harness; the generic library's is the seed itself
+        is_base = isinstance(library, SeedLibrary) or (seed.shipped and seed.name == base_harness)
+        genome = library.h0 if is_base else None
         if seed_id not in self.archive:
             self.archive.add(
                 seed_id,
@@ -232,7 +230,7 @@ class HarnessSearch:
                     "change": "seed",
                     "summary": f"seed ({seed.name})",
                     "hypothesis": f"the seed harness {seed.name}",
-                    "components": libraries()[self.domain].components(genome) if genome else {},
+                    "components": library.components(genome) if genome else {},
                     "genome": genome,
                     "seed_of": seed.name,
                     "iteration": None,

@@ -1,167 +1,27 @@
 """The offline proposer's mechanism library: per domain, the mechanisms a harness can be built from.
 
-A *genome* is a plain dict that names one mechanism per slot, the values of the constants that matter
-under those mechanisms, and (for the memory mechanism) the solved examples to show::
-
-    {"domain": "chess", "slots": {"action": "choose", ...}, "constants": {"temperature": 1.0, ...},
-     "examples": [...]}
-
-``DomainLibrary.render(genome, ...)`` writes it out as a readable, self-contained harness module: only
-the chosen mechanisms' code, constants as class attributes. Each mechanism and constant says which
-failure signals (``evaluate.trace_stats``) it addresses, which is how the proposer picks what to try.
-Every domain's ``h0`` genome behaves like the shipped ``h0``.
+``core.py`` holds what every library is made of (genomes, ``Choice``, ``Constant``, ``DomainLibrary``
+and the rendering helpers); ``chess.py``, ``math.py`` and ``search.py`` are the built-in domains'
+libraries (each named by its ``Domain`` in ``whale_train.domains``); ``generic.py`` holds the
+domain-agnostic mechanisms an env without a library of its own gets, written on top of its seed
+harness. ``library_for(domain, seed_source)`` picks the right one.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import textwrap
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
-
-from whale_train.rollout import Trajectory
-
-Genome = dict[str, Any]
+from whale_train.domains import Domain, registered
+from whale_train.meta_harness.library.core import DomainLibrary, Genome, key
+from whale_train.meta_harness.library.generic import SeedLibrary, seed_library
 
 
-@dataclass(frozen=True)
-class Choice:
-    """One mechanism for a slot: what it does and the failure signals it targets (signal -> weight)."""
-
-    doc: str
-    targets: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Constant:
-    """A tunable value; ``active(genome)`` says whether it matters under the genome's mechanisms."""
-
-    values: tuple[Any, ...]
-    doc: str
-    targets: dict[str, float] = field(default_factory=dict)
-    active: Callable[[Genome], bool] = lambda g: True
-
-
-@dataclass(frozen=True)
-class DomainLibrary:
-    domain: str
-    slots: dict[str, dict[str, Choice]]
-    constants: dict[str, Constant]
-    h0: Genome
-    renderer: Callable[[Genome, str], str]
-    harvester: Callable[[Trajectory], dict[str, str] | None]
-    max_examples: int = 3
-
-    def render(self, genome: Genome, name: str, doc: str) -> str:
-        """The harness module of ``genome``: a docstring (``doc``) and one class named ``name``."""
-        body = self.renderer(genome, name)
-        return module(doc, body)
-
-    def harvest(self, traj: Trajectory) -> dict[str, str] | None:
-        """A solved example for the memory mechanism (None when ``traj`` is not a clean solve)."""
-        return self.harvester(traj) if traj.solved else None
-
-    def active_constants(self, genome: Genome) -> dict[str, Any]:
-        return {k: v for k, v in genome["constants"].items() if self.constants[k].active(genome)}
-
-    def components(self, genome: Genome) -> dict[str, Any]:
-        """Slot -> mechanism and the active constants, for meta.json and the lineage report."""
-        out: dict[str, Any] = dict(genome["slots"])
-        out.update(self.active_constants(genome))
-        if genome.get("examples"):
-            out["examples"] = len(genome["examples"])
-        return out
-
-
-def key(genome: Genome, library: DomainLibrary) -> str:
-    """A canonical string of what the genome does (inactive constants ignored): equal keys, equal harness."""
-    return json.dumps(
-        {
-            "slots": genome["slots"],
-            "constants": library.active_constants(genome),
-            "examples": genome.get("examples") or [],
-        },
-        sort_keys=True,
-    )
-
-
-# ------------------------------------------------------------------------------------- rendering
-
-
-def method(code: str) -> str:
-    """Indent a method's code (written flush left) into a class body."""
-    return textwrap.indent(textwrap.dedent(code).strip("\n"), "    ")
-
-
-def define(signature: str, *snippets: str, doc: str = "") -> str:
-    """A method ``def signature:`` whose body is ``snippets`` in order; each snippet is written flush left
-    (indentation inside it is kept) and may be empty."""
-    out = [f"    def {signature}:"]
-    if doc:
-        out.append(f'        """{doc}"""')
-    for snippet in snippets:
-        if snippet.strip():
-            out.append(textwrap.indent(textwrap.dedent(snippet).strip("\n"), " " * 8))
-    return "\n".join(out)
-
-
-def module(doc: str, body: str) -> str:
-    """A harness module: docstring, the imports ``body`` uses, then ``body``."""
-    names = [
-        n for n in ("Harness", "extract_boxed", "extract_tag", "majority") if re.search(rf"\b{n}\b", body)
-    ]
-    imports = []
-    if re.search(r"\bre\.", body):
-        imports.append("import re\n\n")
-    if names:
-        imports.append(f"from harnesses.base import {', '.join(names)}\n")
-    doc = doc.replace("\\", "\\\\").replace('"""', "'''").strip()
-    return f'"""{doc}\n"""\n\n' + "".join(imports) + "\n\n" + body.rstrip() + "\n"
-
-
-def py(value: Any) -> str:
-    """A Python literal for ``value``, double-quoted like the rest of the code base."""
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, tuple):
-        inner = ", ".join(py(v) for v in value)
-        return f"({inner},)" if len(value) == 1 else f"({inner})"
-    if isinstance(value, list):
-        return "[" + ", ".join(py(v) for v in value) + "]"
-    return repr(value)
-
-
-def class_header(name: str, attrs: dict[str, Any], doc: str) -> str:
-    lines = ["class Candidate(Harness):", f'    """{doc}"""', "", f"    name = {py(name)}"]
-    lines += [f"    {k} = {py(v)}" for k, v in attrs.items()]
-    return "\n".join(lines)
-
-
-def join_methods(*methods: str) -> str:
-    return "\n\n".join(m for m in methods if m)
-
-
-def string_list(name: str, values: list[Any], comment: str) -> str:
-    """A module-level constant list, one item a line."""
-    if not values:
-        return ""
-    items = "".join(f"    {py(v)},\n" for v in values)
-    return f"#: {comment}\n{name} = [\n{items}]\n\n\n"
-
-
-def harvest_answered(traj: Trajectory, question: re.Pattern[str]) -> dict[str, str] | None:
-    """A task whose last step answered it (``answer: ...``): the question (``question``'s first group in
-    the first observation) and that answer."""
-    m = question.search(traj.reset_observation)
-    action = traj.steps[-1].action.strip() if traj.steps else ""
-    if not m or not action.lower().startswith("answer:"):
-        return None
-    return {"question": m.group(1).strip(), "answer": action.split(":", 1)[1].strip()}
+def library_for(domain: Domain, seed_source: str) -> DomainLibrary:
+    """The domain's own library, or the generic mechanisms on top of ``seed_source``."""
+    return domain.load_library() or seed_library(seed_source, domain.name, domain.options_field)
 
 
 def libraries() -> dict[str, DomainLibrary]:
-    from whale_train.meta_harness.library import chess, math, search
+    """The registered domains' own libraries, by domain name."""
+    return {d.name: d.load_library() for d in registered() if d.library}
 
-    return {lib.domain: lib for lib in (chess.LIBRARY, math.LIBRARY, search.LIBRARY)}
+
+__all__ = ["DomainLibrary", "Genome", "SeedLibrary", "key", "libraries", "library_for", "seed_library"]

@@ -9,17 +9,10 @@ from __future__ import annotations
 
 import re
 
-from whale_train.meta_harness.library import (
-    Choice,
-    Constant,
-    DomainLibrary,
-    Genome,
-    class_header,
-    join_methods,
-    method,
-    py,
-    string_list,
-)
+from harnesses.chess_puzzles.choose import ChessChoose
+from harnesses.chess_puzzles.h0 import ChessH0
+from whale_train.meta_harness.library import core
+from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, memory_slot
 from whale_train.rollout import Trajectory
 
 SLOTS = {
@@ -61,12 +54,7 @@ SLOTS = {
         "checks": Choice("a hint: look at checks first, a mate is a check with no escape", {"wrong": 0.4}),
         "legal_only": Choice("a hint: only a move from the list is accepted", {"illegal": 0.4}),
     },
-    "memory": {
-        "none": Choice("no examples (h0)"),
-        "examples": Choice(
-            "solved puzzles from the archive's traces shown before the puzzle", {"wrong": 0.3}
-        ),
-    },
+    "memory": memory_slot("puzzle"),
 }
 
 CONSTANTS = {
@@ -114,6 +102,26 @@ HINTS = {
 }
 
 
+#: The action mechanisms written here (``choose`` is ``chess_puzzles/choose``'s): docstring and body.
+ACTS = {
+    "vote": (
+        "The most frequent legal move among several samples; likelihood choice if none is legal.",
+        """
+        answers = [self.parse_action(t, info) for t in llm.sample(prompt, self.samples, **self.params())]
+        best = majority([a for a in answers if a in self.legal(info)])
+        return best if best is not None else self.most_likely(prompt, info, llm)
+        """,
+    ),
+    "generate_choose": (
+        "The model's move if it is legal, else the legal move it finds most likely.",
+        """
+        move = self.parse_action(llm.complete(prompt, **self.params()), info)
+        return move if move in self.legal(info) else self.most_likely(prompt, info, llm)
+        """,
+    ),
+}
+
+
 def _format_line(notation: str, output: str) -> str:
     name = "UCI" if notation == "uci" else "SAN"
     if output == "bare":
@@ -136,13 +144,10 @@ def render(g: Genome, name: str) -> str:
     attrs["illegal_retries"] = c["illegal_retries"]
     if s["action"] == "vote":
         attrs["samples"] = c["samples"]
-    if s["memory"] == "examples":
-        attrs["max_examples"] = 2
-    doc = "; ".join(f"{slot}: {choice}" for slot, choice in s.items())
-    parts = [class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
+    parts = [core.candidate_header(name, g, attrs)]
 
     parts.append(
-        method(
+        core.method(
             f'''
             def legal(self, info):
                 return info["{moves_key}"]
@@ -155,7 +160,7 @@ def render(g: Genome, name: str) -> str:
         return "\\n".join(lines)"""
     if s["observation"] == "env_text":
         parts.append(
-            method(
+            core.method(
                 '''
                 def format_observation(self, obs, info):
                     """The env's own text: board, FEN, legal moves (UCI), how to reply, and any error."""
@@ -180,10 +185,10 @@ def render(g: Genome, name: str) -> str:
         lines.append("Legal moves: " + " ".join(self.legal(info)))"""
         parts.append("    def format_observation(self, obs, info):" + head + error_line)
 
-    instruction = py("\n" + HINTS[s["hint"]] + _format_line(s["notation"], s["output"]))
+    instruction = core.py("\n" + HINTS[s["hint"]] + _format_line(s["notation"], s["output"]))
     if s["memory"] == "examples":
         parts.append(
-            method(
+            core.method(
                 f'''
                 def build_prompt(self, text, info):
                     """Solved puzzles first (never the current one), then the puzzle."""
@@ -194,7 +199,7 @@ def render(g: Genome, name: str) -> str:
         )
     else:
         parts.append(
-            method(
+            core.method(
                 f"""
                 def build_prompt(self, text, info):
                     return text + {instruction}
@@ -229,10 +234,10 @@ def render(g: Genome, name: str) -> str:
                             return listed
                 return None
             '''
-    parts.append(method(parse))
+    parts.append(core.method(parse))
     option = '"<move>" + move + "</move>"' if s["output"] != "bare" else "move"
     parts.append(
-        method(
+        core.method(
             f"""
             def option(self, move):
                 return {option}
@@ -242,76 +247,17 @@ def render(g: Genome, name: str) -> str:
 
     prompt_line = "prompt = self.make_prompt(self.format_observation(obs, info), info, llm)"
     if s["action"] == "choose":
-        parts.append(
-            method(
-                f'''
-                def act(self, obs, info, llm):
-                    """The legal move whose answer the model finds most likely (never illegal)."""
-                    {prompt_line}
-                    moves = self.legal(info)
-                    return moves[llm.choose(prompt, [self.option(m) for m in moves])]
-                '''
-            )
-        )
-    elif s["action"] == "vote":
-        parts.append(
-            method(
-                f'''
-                def act(self, obs, info, llm):
-                    """The most frequent legal move among several samples; likelihood choice if none is legal."""
-                    {prompt_line}
-                    moves = self.legal(info)
-                    answers = [self.parse_action(t, info) for t in llm.sample(prompt, self.samples, **self.params())]
-                    best = majority([a for a in answers if a in moves])
-                    if best is not None:
-                        return best
-                    return moves[llm.choose(prompt, [self.option(m) for m in moves])]
-                '''
-            )
-        )
-    elif s["action"] == "generate_choose":
-        parts.append(
-            method(
-                f'''
-                def act(self, obs, info, llm):
-                    """The model's move if it is legal, else the legal move it finds most likely."""
-                    {prompt_line}
-                    moves = self.legal(info)
-                    move = self.parse_action(llm.complete(prompt, **self.params()), info)
-                    if move in moves:
-                        return move
-                    return moves[llm.choose(prompt, [self.option(m) for m in moves])]
-                '''
-            )
-        )
-
-    parts.append(
-        method(
-            """
-            def start(self, obs, info):
-                super().start(obs, info)
-                self.failures_here = 0
-
-            def run(self, env, llm):
-                obs, info = env.reset()
-                self.start(obs, info)
-                while True:
-                    action = self.act(obs, info, llm)
-                    obs, reward, terminated, truncated, info = env.step(action)
-                    if terminated or truncated:
-                        return
-                    if info.get("error"):
-                        self.failures_here += 1
-                        if self.failures_here > self.illegal_retries:
-                            return  # give up on this position
-                    else:
-                        self.failures_here = 0
-            """
-        )
-    )
+        parts.append(core.method(core.code_of(ChessChoose.act)))
+    elif s["action"] in ACTS:
+        doc, body = ACTS[s["action"]]
+        parts.append(core.define("act(self, obs, info, llm)", prompt_line, body, doc=doc))
+    if s["action"] != "generate":
+        parts.append(core.method(core.code_of(ChessChoose.most_likely)))
+    # the loop is Harness.run; h0's per-position retry budget ends an episode after too many illegal moves
+    parts += [core.method(core.code_of(ChessH0.start)), core.method(core.code_of(ChessH0.give_up))]
     examples = [(e["fen"], e["move"]) for e in g.get("examples") or []] if s["memory"] == "examples" else []
-    prefix = string_list("EXAMPLES", examples, "Solved puzzles from the archive (FEN, the move played).")
-    return prefix + join_methods(*parts)
+    prefix = core.string_list("EXAMPLES", examples, "Solved puzzles from the archive (FEN, the move played).")
+    return prefix + core.join_methods(*parts)
 
 
 _FEN = re.compile(r"FEN: (\S+ [wb] \S+ \S+ \d+ \d+)")

@@ -10,18 +10,9 @@ from __future__ import annotations
 
 import re
 
-from whale_train.meta_harness.library import (
-    Choice,
-    Constant,
-    DomainLibrary,
-    Genome,
-    class_header,
-    define,
-    harvest_answered,
-    join_methods,
-    py,
-    string_list,
-)
+from harnesses.math.calculator import MathCalculator
+from whale_train.meta_harness.library import core
+from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, memory_slot
 from whale_train.rollout import Trajectory
 
 SLOTS = {
@@ -64,12 +55,7 @@ SLOTS = {
         "none": Choice("no hint (h0)"),
         "numeric": Choice("a hint: the answer is a single number", {"parse": 0.3, "wrong": 0.2}),
     },
-    "memory": {
-        "none": Choice("no examples (h0)"),
-        "examples": Choice(
-            "solved problems from the archive's traces shown before the problem", {"wrong": 0.3}
-        ),
-    },
+    "memory": memory_slot("problem"),
 }
 
 CONSTANTS = {
@@ -116,14 +102,11 @@ def render(g: Genome, name: str) -> str:
     else:
         attrs["samples"] = c["samples"]
     memory = s["memory"] == "examples"
-    if memory:
-        attrs["max_examples"] = 2
-    doc = "; ".join(f"{slot}: {choice}" for slot, choice in s.items())
-    parts = [class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
+    parts = [core.candidate_header(name, g, attrs)]
 
     if s["observation"] == "env_text":
         parts.append(
-            define(
+            core.define(
                 "format_observation(self, obs, info)",
                 "return obs",
                 doc="The env's own text: the problem, tool output, how to reply, and any error.",
@@ -136,7 +119,7 @@ def render(g: Genome, name: str) -> str:
                 text += f"\\nPython output: {(tool.get('stdout') or tool.get('stderr') or '').strip()[:400]}"
             """
         parts.append(
-            define(
+            core.define(
                 "format_observation(self, obs, info)",
                 """text = f"Problem: {info['question']}\"""",
                 tool_output if s["observation"] == "full" else "",
@@ -148,7 +131,7 @@ def render(g: Genome, name: str) -> str:
             )
         )
 
-    instruction = py(HINTS[s["hint"]] + FORMATS[s["output"]])
+    instruction = core.py(HINTS[s["hint"]] + FORMATS[s["output"]])
     examples = """
         shown = [f"Example: Problem: {q}\\nAnswer: {self.answer_text(a)}" for q, a in EXAMPLES if q != info["question"]]
         text = "\\n\\n".join(shown[: self.max_examples] + [text])
@@ -161,7 +144,7 @@ def render(g: Genome, name: str) -> str:
     else:
         ending = f'return text + "\\n" + {instruction}'
     parts.append(
-        define(
+        core.define(
             "build_prompt(self, text, info)",
             examples if memory else "",
             ending,
@@ -170,7 +153,7 @@ def render(g: Genome, name: str) -> str:
     )
     if memory:
         shown = '"\\\\boxed{" + answer + "}"' if s["output"] != "answer_line" else '"answer: " + answer'
-        parts.append(define("answer_text(self, answer)", f"return {shown}"))
+        parts.append(core.define("answer_text(self, answer)", f"return {shown}"))
 
     python = """
         if text.lower().startswith("python:"):
@@ -196,7 +179,7 @@ def render(g: Genome, name: str) -> str:
             return f"answer: {found}" if found else None
             """
     parts.append(
-        define(
+        core.define(
             "parse_action(self, text, info)",
             "text = text.strip()",
             python if s["tool"] != "none" else "",
@@ -209,7 +192,7 @@ def render(g: Genome, name: str) -> str:
 
     if s["action"] != "generate":
         parts.append(
-            define(
+            core.define(
                 "answers(self, actions)",
                 """
                 values = [a.split(":", 1)[1].replace(" ", "") for a in actions if a and a.startswith("answer:")]
@@ -219,42 +202,33 @@ def render(g: Genome, name: str) -> str:
                 doc="The most frequent answer among parsed replies (None if none is an answer).",
             )
         )
-    if s["action"] == "vote":
+        prefer_tool = """
+            if info.get("tool_calls_left") and not info.get("last_tool"):
+                for action in actions:
+                    if action and action.lower().startswith("python:"):
+                        return action
+            """
         parts.append(
-            define(
+            core.define(
                 "act(self, obs, info, llm)",
                 """
                 prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
                 replies = llm.sample(prompt, self.samples, **self.params())
                 actions = [self.parse_action(r, info) for r in replies]
-                return self.answers(actions) or next((a for a in actions if a), replies[0])
                 """,
-                doc="Self-consistency: the most frequent answer among several samples.",
-            )
-        )
-    elif s["action"] == "prefer_tool":
-        parts.append(
-            define(
-                "act(self, obs, info, llm)",
-                """
-                prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
-                replies = llm.sample(prompt, self.samples, **self.params())
-                actions = [self.parse_action(r, info) for r in replies]
-                if info.get("tool_calls_left") and not info.get("last_tool"):
-                    for action in actions:
-                        if action and action.lower().startswith("python:"):
-                            return action
-                return self.answers(actions) or next((a for a in actions if a), replies[0])
-                """,
+                prefer_tool if s["action"] == "prefer_tool" else "",
+                "return self.answers(actions) or next((a for a in actions if a), replies[0])",
                 doc="Several samples: while the tool is unused, take one that runs Python (computing with the\n"
-                "        tool is more reliable than in the head); else the most frequent answer.",
+                "        tool is more reliable than in the head); else the most frequent answer."
+                if s["action"] == "prefer_tool"
+                else "Self-consistency: the most frequent answer among several samples.",
             )
         )
 
     if s["tool"] == "calculator":
         if s["action"] == "vote":
             parts.append(
-                define(
+                core.define(
                     "expression(self, prompt, llm)",
                     """
                     replies = llm.sample(prompt, self.samples, **self.params())
@@ -264,52 +238,16 @@ def render(g: Genome, name: str) -> str:
                 )
             )
         else:
-            parts.append(
-                define(
-                    "expression(self, prompt, llm)",
-                    'return extract_tag(llm.complete(prompt, **self.params()), "expr")',
-                )
-            )
-        parts.append(
-            define(
-                "run(self, env, llm)",
-                """
-                obs, info = env.reset()
-                self.start(obs, info)
-                if info.get("tool_calls_left"):
-                    prompt = self.make_prompt(
-                        f"Problem: {info['question']}\\nWrite one arithmetic expression that computes the answer, "
-                        "inside <expr></expr>.",
-                        info,
-                        llm,
-                    )
-                    expr = self.expression(prompt, llm)
-                    if expr:
-                        obs, reward, terminated, truncated, info = env.step(f"python: print({expr})")
-                        if terminated or truncated:
-                            return
-                        tool = info.get("last_tool") or {}
-                        value = (tool.get("stdout") or "").strip()
-                        if tool.get("exit_code") == 0 and value and "\\n" not in value:
-                            env.step(f"answer: {value}")
-                            return
-                while True:
-                    obs, reward, terminated, truncated, info = env.step(self.act(obs, info, llm))
-                    if terminated or truncated:
-                        return
-                """,
-                doc="A calculator step first: the model writes one expression, the env's Python evaluates it and\n"
-                "        the printed value is the answer. Without a usable value, the usual reply loop.",
-            )
-        )
+            parts.append(core.method(core.code_of(MathCalculator.expression)))
+        parts.append(core.method(core.code_of(MathCalculator.run)))
     examples = [(e["question"], e["answer"]) for e in g.get("examples") or []] if memory else []
-    prefix = string_list("EXAMPLES", examples, "Solved problems from the archive (problem, answer).")
-    return prefix + join_methods(*parts)
+    prefix = core.string_list("EXAMPLES", examples, "Solved problems from the archive (problem, answer).")
+    return prefix + core.join_methods(*parts)
 
 
 def harvest(traj: Trajectory) -> dict[str, str] | None:
     """A solved problem: its text and the answer given."""
-    return harvest_answered(traj, re.compile(r"Problem: (.+)"))
+    return core.harvest_answered(traj, re.compile(r"Problem: (.+)"))
 
 
 LIBRARY = DomainLibrary("math", SLOTS, CONSTANTS, H0, render, harvest)

@@ -11,20 +11,10 @@ No mechanism reads the answer out of a passage: answers come from the model.
 from __future__ import annotations
 
 import re
-import textwrap
 
-from whale_train.meta_harness.library import (
-    Choice,
-    Constant,
-    DomainLibrary,
-    Genome,
-    class_header,
-    define,
-    harvest_answered,
-    join_methods,
-    py,
-    string_list,
-)
+from harnesses.search_qa.follow_up import SearchFollowUp
+from whale_train.meta_harness.library import core
+from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, memory_slot
 from whale_train.rollout import Trajectory
 
 SLOTS = {
@@ -62,12 +52,7 @@ SLOTS = {
         "none": Choice("no hint (h0)"),
         "short": Choice("a hint: answer with a short phrase from the passages", {"wrong": 0.4}),
     },
-    "memory": {
-        "none": Choice("no examples (h0)"),
-        "examples": Choice(
-            "solved questions from the archive's traces shown before the question", {"wrong": 0.3}
-        ),
-    },
+    "memory": memory_slot("question"),
 }
 
 CONSTANTS = {
@@ -118,32 +103,19 @@ def render(g: Genome, name: str) -> str:
     if s["answer"] == "vote":
         attrs["samples"] = c["samples"]
     memory = s["memory"] == "examples"
-    if memory:
-        attrs["max_examples"] = 2
-    doc = "; ".join(f"{slot}: {choice}" for slot, choice in s.items())
-    parts = [class_header(name, attrs, f"Offline-proposer harness ({doc}).")]
+    parts = [core.candidate_header(name, g, attrs)]
 
     if s["query"] == "model":
-        parts.append(
-            define(
-                "first_query(self, info, llm)",
-                """
-                prompt = f"Question: {info['question']}\\nWrite a search query inside <search></search>."
-                reply = llm.complete(self.make_prompt(prompt, info, llm), **self.params())
-                return extract_tag(reply, "search") or reply.strip() or info["question"]
-                """,
-                doc="The model writes the query.",
-            )
-        )
+        parts.append(core.method(core.code_of(SearchFollowUp.first_query)))
     elif s["query"] == "question":
         parts.append(
-            define(
+            core.define(
                 "first_query(self, info, llm)", 'return info["question"]', doc="Search the question itself."
             )
         )
     else:
         parts.append(
-            define(
+            core.define(
                 "first_query(self, info, llm)",
                 """
                 words = re.findall(r"[\\w'-]+", info["question"])
@@ -153,13 +125,8 @@ def render(g: Genome, name: str) -> str:
                 doc="Query rewriting: the question without its question words and fillers.",
             )
         )
-    parts.append(
-        define(
-            "shown(self, seen)",
-            "return \"\\n\".join(f\"{p['title']}: {p['text'][: self.passage_chars]}\" for p in seen)",
-        )
-    )
-    instruction = py("\n" + HINTS[s["hint"]] + "Answer the question inside <answer></answer>.")
+    parts.append(core.method(core.code_of(SearchFollowUp.shown)))
+    instruction = core.py("\n" + HINTS[s["hint"]] + "Answer the question inside <answer></answer>.")
     examples = """
         shown = [f"Example: Question: {q}\\nAnswer: <answer>{a}</answer>" for q, a in EXAMPLES if q != info["question"]]
         prompt = "\\n\\n".join(shown[: self.max_examples] + [prompt])
@@ -167,7 +134,7 @@ def render(g: Genome, name: str) -> str:
     question = "f\"Question: {info['question']}\\nPassage: {self.shown(seen)}\" + " + instruction
     if memory:
         parts.append(
-            define(
+            core.define(
                 "answer_prompt(self, info, seen)",
                 f"prompt = {question}",
                 examples,
@@ -176,14 +143,12 @@ def render(g: Genome, name: str) -> str:
             )
         )
     else:
-        parts.append(define("answer_prompt(self, info, seen)", f"return {question}"))
+        parts.append(core.define("answer_prompt(self, info, seen)", f"return {question}"))
     if s["output"] == "tag":
-        parts.append(
-            define("parse_answer(self, reply)", 'return extract_tag(reply, "answer") or reply.strip()')
-        )
+        parts.append(core.method(core.code_of(SearchFollowUp.parse_answer)))
     else:
         parts.append(
-            define(
+            core.define(
                 "parse_answer(self, reply)",
                 """
                 found = extract_tag(reply, "answer") or reply
@@ -196,7 +161,7 @@ def render(g: Genome, name: str) -> str:
         )
     if s["answer"] == "vote":
         parts.append(
-            define(
+            core.define(
                 "answer(self, info, seen, llm)",
                 """
                 prompt = self.make_prompt(self.answer_prompt(info, seen), info, llm)
@@ -207,71 +172,31 @@ def render(g: Genome, name: str) -> str:
             )
         )
     else:
-        parts.append(
-            define(
-                "answer(self, info, seen, llm)",
-                """
-                prompt = self.make_prompt(self.answer_prompt(info, seen), info, llm)
-                return self.parse_answer(llm.complete(prompt, **self.params()))
-                """,
-            )
-        )
+        parts.append(core.method(core.code_of(SearchFollowUp.answer)))
+    if s["follow_up"] != "none":
+        parts.append(core.method(core.code_of(SearchFollowUp.next_query)))
     if s["follow_up"] == "model_choose":
-        parts.append(
-            define(
-                "pick(self, info, seen, answers, llm)",
-                """
-                if len(answers) < 2:
-                    return answers[0] if answers else None
-                prompt = self.make_prompt(self.answer_prompt(info, seen), info, llm)
-                return answers[llm.choose(prompt, [f"<answer>{a}</answer>" for a in answers])]
-                """,
-                doc="Of the answers read after each search, the one the model finds most likely given every\n"
-                "        passage read (likelihood selection: the model compares, it does not write).",
-            )
-        )
-    next_query = """
-        if round_ == self.follow_ups:
-            break
-        prompt = f"Question: {info['question']}\\nPassages:\\n{self.shown(seen)}\\nWrite the next search query inside <search></search>."
-        query = extract_tag(llm.complete(self.make_prompt(prompt, info, llm), **self.params()), "search")
-        if not query:
-            break
-        """
-    if s["follow_up"] == "model":
-        run = f"""
+        parts.append(core.method(core.code_of(SearchFollowUp.pick)))
+        parts.append(core.method(core.code_of(SearchFollowUp.run)))
+    elif s["follow_up"] == "model":
+        run = """
             obs, info = env.reset()
             self.start(obs, info)
             seen = []
             query = self.first_query(info, llm)
             for round_ in range(1 + self.follow_ups):
-                obs, reward, terminated, truncated, info = env.step(f"search: {{query}}")
+                obs, reward, terminated, truncated, info = env.step(f"search: {query}")
                 if terminated or truncated:
                     return
                 for p in (info.get("passages") or [])[: self.passages]:
                     if p["id"] not in [q["id"] for q in seen]:
                         seen.append(p)
-{textwrap.indent(textwrap.dedent(next_query).strip(chr(10)), " " * 16)}
-            env.step(f"answer: {{self.answer(info, seen, llm) or 'unknown'}}")
-            """
-    elif s["follow_up"] == "model_choose":
-        run = f"""
-            obs, info = env.reset()
-            self.start(obs, info)
-            seen, answers = [], []
-            query = self.first_query(info, llm)
-            for round_ in range(1 + self.follow_ups):
-                obs, reward, terminated, truncated, info = env.step(f"search: {{query}}")
-                if terminated or truncated:
-                    return
-                ids = [q["id"] for q in seen]
-                new = [p for p in (info.get("passages") or [])[: self.passages] if p["id"] not in ids]
-                seen += new
-                found = self.answer(info, new, llm) if new else None
-                if found and found not in answers:
-                    answers.append(found)  # what this search's passages say
-{textwrap.indent(textwrap.dedent(next_query).strip(chr(10)), " " * 16)}
-            env.step(f"answer: {{self.pick(info, seen, answers, llm) or 'unknown'}}")
+                if round_ == self.follow_ups:
+                    break
+                query = self.next_query(info, seen, llm)
+                if not query:
+                    break
+            env.step(f"answer: {self.answer(info, seen, llm) or 'unknown'}")
             """
     else:
         run = """
@@ -283,18 +208,21 @@ def render(g: Genome, name: str) -> str:
             seen = (info.get("passages") or [])[: self.passages]
             env.step(f"answer: {self.answer(info, seen, llm) or 'unknown'}")
             """
-    parts.append(define("run(self, env, llm)", run))
+    if s["follow_up"] != "model_choose":  # that one is the shipped search_qa/follow_up's loop
+        parts.append(core.define("run(self, env, llm)", run))
     prefix = ""
     if s["query"] == "keywords":
-        prefix += f"#: Question words and fillers left out of the query.\nSTOPWORDS = {py(' '.join(STOPWORDS))}.split()\n\n\n"
+        prefix += f"#: Question words and fillers left out of the query.\nSTOPWORDS = {core.py(' '.join(STOPWORDS))}.split()\n\n\n"
     examples_list = [(e["question"], e["answer"]) for e in g.get("examples") or []] if memory else []
-    prefix += string_list("EXAMPLES", examples_list, "Solved questions from the archive (question, answer).")
-    return prefix + join_methods(*parts)
+    prefix += core.string_list(
+        "EXAMPLES", examples_list, "Solved questions from the archive (question, answer)."
+    )
+    return prefix + core.join_methods(*parts)
 
 
 def harvest(traj: Trajectory) -> dict[str, str] | None:
     """A solved question: its text and the answer given."""
-    return harvest_answered(traj, re.compile(r"Question: (.+)"))
+    return core.harvest_answered(traj, re.compile(r"Question: (.+)"))
 
 
 LIBRARY = DomainLibrary("search", SLOTS, CONSTANTS, H0, render, harvest)

@@ -1,0 +1,150 @@
+"""``whale pretrain``: the whole job (tokenizer, model, supervised pass, save, card, calibration) and
+its command line, one option per ``PretrainConfig`` field."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from whale_train.pretrain.card import HASHED_FILES, calibrate, sha256, write_card
+from whale_train.pretrain.training import PretrainConfig, pretrain_domains, tokenizer_corpus, train
+
+
+def pretrain(config: PretrainConfig, command: str | None = None, console=None) -> dict[str, Any]:
+    """Tokenizer, model, supervised pass, save, card (and calibration): the whole ``whale pretrain``."""
+    import torch
+
+    from whale_train.tiny import build_model, save, train_tokenizer
+
+    config.validate()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    out = Path(config.out)
+    say = console.print if console is not None else (lambda *_a, **_k: None)
+    t0 = time.monotonic()
+    tokenizer = train_tokenizer(tokenizer_corpus(config), vocab_size=config.vocab_size)
+    say(f"tokenizer: {len(tokenizer)} tokens ({time.monotonic() - t0:.0f} s)")
+    model = build_model(tokenizer, config.size, seed=config.seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    say(f"model: {config.size}, {n_params / 1e6:.2f}M parameters, {torch.get_num_threads()} threads")
+    record = train(model, tokenizer, config, console=console)
+    save(model, tokenizer, out)
+    say(f"saved to {out} after {record.steps} steps ({record.seconds / 60:.1f} min)")
+    c = model.config
+    info: dict[str, Any] = {
+        "command": command or command_line(config),
+        "machine": f"a {os.cpu_count()}-core CPU machine ({_threads(torch.get_num_threads())})",
+        "config": asdict(config),
+        "model": {
+            "architecture": type(model).__name__,
+            "parameters": n_params,
+            "hidden_size": c.hidden_size,
+            "layers": c.num_hidden_layers,
+            "heads": c.num_attention_heads,
+            "kv_heads": c.num_key_value_heads,
+            "intermediate_size": c.intermediate_size,
+            "vocab_size": c.vocab_size,
+        },
+        "training": asdict(record),
+        "formats": {d: f.formats for d, f in pretrain_domains().items()},
+        "calibration": {},
+        "sha256": {name: sha256(out / name) for name in HASHED_FILES},
+    }
+    info["config"]["out"] = out.name
+    write_card(out, info)
+    if config.eval_tasks and not record.interrupted:
+
+        def keep(name: str, result: dict[str, Any]) -> None:  # the card grows as results come in
+            info["calibration"][name] = result
+            write_card(out, info)
+
+        info["calibration"] = {}
+        info["calibration"] = calibrate(out, config, console=console, on_result=keep)
+        write_card(out, info)
+    say(f"model card: {out / 'README.md'}")
+    return info
+
+
+def _threads(n: int) -> str:
+    return f"{n} torch thread" + ("" if n == 1 else "s")
+
+
+def _field_help() -> dict[str, str]:
+    """Each ``PretrainConfig`` field's line from its docstring (the CLI help)."""
+    doc = PretrainConfig.__doc__ or ""
+    helps: dict[str, str] = {}
+    name = None
+    for line in doc.splitlines():
+        m = re.match(r"\s{8}(\w+): (.*)", line)
+        if m:
+            name = m.group(1)
+            helps[name] = m.group(2).strip()
+        elif name and re.match(r"\s{12}\S", line):
+            helps[name] += " " + line.strip()
+    return {k: v.replace("``", "") for k, v in helps.items()}
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``whale pretrain``: one option per ``PretrainConfig`` field."""
+    p = subparsers.add_parser(
+        "pretrain",
+        help="train the tiny CPU default model from scratch on generated domain text",
+        description="Train a byte-level BPE tokenizer and a tiny Qwen3-architecture model on text generated "
+        "from the chess, math and search generators (several presentation formats per domain), save it "
+        "with save_pretrained, and write a model card (README.md) with its measured accuracy. "
+        "Ctrl-C stops training and saves what is done.",
+    )
+    helps = _field_help()
+    for f in PretrainConfig.__dataclass_fields__.values():
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        kind = {"steps": int}.get(f.name, type(default))
+        kwargs: dict[str, Any] = {"default": default, "type": kind, "help": helps.get(f.name, "")}
+        if f.name == "out":
+            kwargs = {"required": True, "help": helps["out"]}
+        elif f.name == "size":
+            kwargs["choices"] = ["tiny", "small"]
+        elif f.name == "eval_harnesses":
+            kwargs["choices"] = ["h0", "all"]
+        if "default" in kwargs and kwargs["default"] is not None:
+            kwargs["help"] += f" (default: {kwargs['default']})"
+        p.add_argument(flag, **kwargs)
+    p.set_defaults(func=cmd_pretrain)
+    return p
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+
+    from rich.console import Console
+
+    config = PretrainConfig(**{f: getattr(args, f) for f in PretrainConfig.__dataclass_fields__})
+    try:
+        config.validate()
+    except ValueError as exc:
+        from whale_train.errors import CLIError
+
+        raise CLIError(str(exc)) from None
+    pretrain(config, command=command_line(config), console=Console())
+    return 0
+
+
+def command_line(config: PretrainConfig) -> str:
+    """The ``whale pretrain`` command that reproduces ``config``: the seed, the budget, and every option
+    that differs from its default. An absolute ``--out`` is shown by its last part only."""
+    import shlex
+
+    out = Path(config.out)
+    parts = ["whale", "pretrain", "--out", out.name if out.is_absolute() else config.out]
+    parts += ["--seed", str(config.seed)]
+    parts += ["--steps", str(config.steps)] if config.steps else ["--minutes", f"{config.minutes:g}"]
+    defaults = PretrainConfig()
+    for name in PretrainConfig.__dataclass_fields__:
+        value = getattr(config, name)
+        if name not in ("out", "seed", "steps", "minutes") and value != getattr(defaults, name):
+            parts += ["--" + name.replace("_", "-"), f"{value:g}" if isinstance(value, float) else str(value)]
+    return shlex.join(parts)
