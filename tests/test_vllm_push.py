@@ -97,6 +97,16 @@ def test_the_multiprocess_engine_takes_pushes_through_a_worker_method(vllm, hub_
 
 
 @pytest.mark.slow
+def test_a_text_only_qwen3_5_engine_takes_the_copys_names(vllm, tmp_path):
+    # An engine built from a text-only checkpoint (a WHALE checkpoint: Qwen3_5ForCausalLM, model.layers.*)
+    tok = AutoTokenizer.from_pretrained(SHIPPED_MODEL)
+    save(build_qwen3_5(tok, seed=0), tok, tmp_path)
+    llm = engine_llm(str(tmp_path))
+    assert llm.engine.architecture == "Qwen3_5ForCausalLM"
+    round_trip(llm, str(tmp_path))
+
+
+@pytest.mark.slow
 def test_a_qwen3_engine_takes_its_own_names(vllm):
     round_trip(engine_llm(str(SHIPPED_MODEL)), str(SHIPPED_MODEL))
 
