@@ -118,7 +118,8 @@ def test_whale_eval_with_a_broken_model_exits_non_zero(monkeypatch, capsys, tmp_
     monkeypatch.setattr(cli, "_load_llm", lambda _args: Broken(""))
     args = ["eval", "--env", "whale/Math-v0", "--harness", "math/h0", "--limit", "2", "--k", "1", "--trusted"]
     assert main(args) == 1
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out + captured.err  # the table on stdout, the error line on stderr
     assert "model_error" in out and "the model failed in 2 of 2 episodes" in out
 
 

@@ -40,8 +40,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -55,6 +53,7 @@ import numpy as np
 import yaml
 
 from whale_train import placement
+from whale_train.placement import train_one
 from whale_train.report import read_ledger, run_summary
 from whale_train.schedule import METHODS
 from whale_train.trainer import TrainConfig
@@ -379,39 +378,6 @@ def _same_config(saved: dict[str, Any], config: TrainConfig) -> bool:
         return False
     normal = lambda c: json.loads(json.dumps(c.to_dict(), default=str))  # noqa: E731
     return normal(loaded) == normal(config)
-
-
-def _train_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    return env
-
-
-def train_one(
-    config_path: Path,
-    run_dir: Path,
-    extra_env: dict[str, str] | None = None,
-    *,
-    die_with_parent: bool = False,
-) -> int:
-    """``whale train CONFIG --out RUN --resume --no-report`` in a subprocess; its output goes to
-    ``RUN/train.log``. ``--resume`` starts a new run as well and continues an unfinished one.
-    ``die_with_parent``: the subprocess is killed when this process dies (a Ray worker that is lost)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "whale_train.cli", "train", str(config_path), "--out", str(run_dir)]
-    with open(run_dir / "train.log", "a", encoding="utf-8") as log:
-        log.write(f"\n$ whale train {config_path} --out {run_dir} --resume --no-report\n")
-        log.flush()
-        proc = subprocess.run(
-            [*cmd, "--resume", "--no-report"],
-            env={**_train_env(), **(extra_env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=placement.die_with_parent if die_with_parent else None,
-        )
-    return proc.returncode
 
 
 class _Lock:

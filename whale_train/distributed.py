@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 
@@ -142,37 +141,3 @@ def follow(trainer: Any, load: Any = None) -> int:
             load(arg)
         elif command != "load":
             raise RuntimeError(f"unknown command from rank 0: {command!r}")
-
-
-def load_checkpoint(trainer: Any, path: str | Path) -> None:
-    """A follower's copy of ``RSFT.restore``: the weights and optimizer state of a checkpoint."""
-    import torch
-    from safetensors.torch import load_file
-
-    state: dict[str, Any] = {}
-    for w in sorted(Path(path).glob("*.safetensors")):
-        state.update(load_file(str(w)))
-    trainer.model.load_state_dict(state, strict=False)
-    extra = torch.load(Path(path) / "rsft_state.pt", weights_only=False)
-    trainer.optimizer_state = extra["optimizer"]
-
-
-def follow_run(config: Any) -> int:
-    """``whale train`` on a rank other than 0: the training model and ``rsft.Trainer`` exactly as rank 0
-    builds them, then :func:`follow` until rank 0 stops."""
-    import dataclasses
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from whale_train.llm import default_model
-    from whale_train.rsft import Trainer
-
-    path = config.model or default_model()
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    if torch.cuda.is_available():
-        model = model.to(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
-    rsft = dataclasses.replace(config.rsft, seed=config.seed, concurrency=config.concurrency)
-    trainer = Trainer(model, AutoTokenizer.from_pretrained(path), rsft)
-    follow(trainer, load=lambda p: load_checkpoint(trainer, p))
-    return 0

@@ -22,6 +22,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -96,13 +98,44 @@ def die_with_parent() -> None:
         pass
 
 
+def _train_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    return env
+
+
+def train_one(
+    config_path: Path,
+    run_dir: Path,
+    extra_env: dict[str, str] | None = None,
+    *,
+    die_with_parent: bool = False,
+) -> int:
+    """``whale train CONFIG --out RUN --resume --no-report`` in a subprocess; its output goes to
+    ``RUN/train.log``. ``--resume`` starts a new run as well and continues an unfinished one.
+    ``die_with_parent``: the subprocess is killed when this process dies (a Ray worker that is lost)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "whale_train.cli", "train", str(config_path), "--out", str(run_dir)]
+    with open(run_dir / "train.log", "a", encoding="utf-8") as log:
+        log.write(f"\n$ whale train {config_path} --out {run_dir} --resume --no-report\n")
+        log.flush()
+        proc = subprocess.run(
+            [*cmd, "--resume", "--no-report"],
+            env={**_train_env(), **(extra_env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent if die_with_parent else None,
+        )
+    return proc.returncode
+
+
 # ------------------------------------------------------------------------------------------ Ray
 
 
 def _ray_task(config_path: str, run_dir: str) -> int:
     """The body of a run's Ray task (on whichever node Ray chose)."""
-    from whale_train.compare import train_one
-
     record_placement(Path(run_dir), via="ray")
     return train_one(Path(config_path), Path(run_dir), die_with_parent=True)
 

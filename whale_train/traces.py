@@ -127,7 +127,7 @@ def cmd_traces(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from whale_train.cli import CLIError, console
+    from whale_train.cli_common import CLIError, console
 
     if args.limit < 0 or args.show < 0 or args.chars < 1:
         raise CLIError("--limit and --show must be at least 0, --chars at least 1")

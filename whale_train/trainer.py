@@ -524,7 +524,7 @@ class Run:
             k: summary[k]
             for k in ("mean", "se", "pass_at_k", "tasks", "episodes", "failures", "by_difficulty")
         }
-        from whale_train.cli import first_errors
+        from whale_train.cli_common import first_errors
 
         result.update(model_version=version, harness=self.harness.name, k=e.k, split=e.split)
         result["errors"] = first_errors(trajs)  # failures in sight: the first message of each kind
@@ -816,10 +816,36 @@ def _train_config(args) -> TrainConfig:
         raise CLIError(f"bad config {path}: {exc}") from None
 
 
+def follow_run(config: TrainConfig) -> int:
+    """``whale train`` on a rank other than 0 under ``accelerate launch``: the training model and
+    ``rsft.Trainer`` exactly as rank 0 builds them, then ``distributed.follow`` until rank 0 stops; a
+    resume loads the checkpoint as ``RSFT.restore`` does (``from_pretrained``, PEFT's loader for LoRA)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from whale_train.llm import default_model
+    from whale_train.rsft import Trainer, load_checkpoint
+
+    path = config.model or default_model()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    if torch.cuda.is_available():
+        model = model.to(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
+    rsft = dataclasses.replace(config.rsft, seed=config.seed, concurrency=config.concurrency)
+    trainer = Trainer(model, AutoTokenizer.from_pretrained(path), rsft)
+
+    def load(checkpoint) -> None:
+        load_checkpoint(trainer.model, Path(checkpoint))
+        extra = torch.load(Path(checkpoint) / "rsft_state.pt", weights_only=False)
+        trainer.optimizer_state = extra["optimizer"]
+
+    distributed.follow(trainer, load=load)
+    return 0
+
+
 def cmd_train(args) -> int:
     from rich.table import Table
 
-    from whale_train.cli import (
+    from whale_train.cli_common import (
         CLIError,
         Interrupted,
         check_model,
@@ -836,7 +862,7 @@ def cmd_train(args) -> int:
             f"--resume: {out} does not exist, so there is no run to resume; drop --resume to start one"
         )
     if not distributed.is_main():  # accelerate launch: this rank only trains, on rank 0's examples
-        return distributed.follow_run(config)
+        return follow_run(config)
     try:
         # user errors in the config surface here, before the run directory is made
         make_env(config.env, config.tasks, config.eval.split)

@@ -25,7 +25,7 @@ from whale_train.meta_harness.lineage import lineage_report
 
 def add_parser(subparsers: Any) -> None:
     """Register ``whale search`` and ``whale lineage`` on the ``whale`` command's subparsers."""
-    from whale_train.cli import count
+    from whale_train.cli_common import count
 
     p = subparsers.add_parser(
         "search",
@@ -97,8 +97,8 @@ def search_config(args: argparse.Namespace) -> MetaHarnessConfig:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from whale_train.cli import CLIError, console, load_harness_for, make_env
-    from whale_train.cli import _load_llm as load_llm
+    from whale_train.cli_common import CLIError, console, load_harness_for, make_env
+    from whale_train.cli_common import _load_llm as load_llm
     from whale_train.domains import domain_for
     from whale_train.meta_harness.search import HarnessSearch
 
@@ -260,7 +260,7 @@ def _print(console: Any, results: dict[str, Any], reports: list[Any]) -> None:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    from whale_train.cli import CLIError
+    from whale_train.cli_common import CLIError
 
     archive = Path(args.archive)
     if (archive / "archive").is_dir():  # a run or search folder: its archive

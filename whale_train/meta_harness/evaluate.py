@@ -14,10 +14,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from harnesses.check import check_harness
 from harnesses.loader import HarnessRef, harness_from_source
 from harnesses.validate import HarnessValidationError
 from whale_envs.sandbox import IsolationUnavailable
+from whale_train.check import check_harness
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.meta_harness.prompt_only import prompt_only_violation
 from whale_train.rollout import EpisodeLimits, RolloutConfig, Trajectory, run_rollouts, summarize

@@ -1,0 +1,204 @@
+"""What the ``whale`` subcommands share: the consoles, argument types, the one-line checks of an env, a
+harness and a model before any work starts, the progress bar, and the summary of failed episodes.
+The subcommands (``whale_train.trainer``, ``whale_train.meta_harness.cli``, ``whale_train.traces``, ...)
+import these from here, never from ``whale_train.cli``, which only assembles them into one parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+from rich.console import Console
+from rich.markup import escape
+
+import whale_envs
+from whale_envs.tasks import TaskSourceError
+from whale_train.domains import import_env_module
+from whale_train.errors import CLIError
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console; piped or redirected output is 200 columns wide (rich's default of 80 wrapped tables and
+    split paths in logs), and soft-wrapped so long lines stay whole. ``COLUMNS`` overrides the width."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty() or os.environ.get("COLUMNS"):
+        return Console(stderr=stderr, soft_wrap=stderr)
+    return Console(stderr=stderr, soft_wrap=True, width=200)
+
+
+console = make_console()
+
+
+errors = make_console(stderr=True)  # one line per error, never wrapped
+
+
+DISTRIBUTION = "whale-harness"  # the name on the package index; the import names are whale_envs, ...
+
+
+class Interrupted(Exception):
+    """Ctrl-C: printed as one line saying how to continue, exit status 130."""
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def count(minimum: int = 0):
+    """An argparse ``type``: a whole number of at least ``minimum`` (``--k 0`` is an error, not mean@0)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"number >= {minimum}"
+    return parse
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors that say where the help is."""
+
+    def error(self, message: str) -> None:  # noqa: D102
+        errors.print(f"{self.prog}: error: {escape(message)} (see `{self.prog} --help`)", highlight=False)
+        self.exit(2)
+
+
+def make_env(env_id: str, tasks: str | None, split: str = "all", **kwargs) -> gym.Env:
+    """``gym.make`` with user errors (unknown env, bad task source) as one-line CLIErrors."""
+    _check_env(env_id)
+    try:
+        options = {"tasks": tasks} if tasks else {}
+        return gym.make(env_id, split=split, **options, **kwargs)
+    except (TaskSourceError, ValueError) as exc:
+        raise CLIError(f"--tasks {tasks or 'generated'}: {exc}") from None
+
+
+_make_env = make_env
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, total: int):
+    """A progress bar on the console while a batch of episodes runs; yields ``advance()``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        job = bar.add_task(escape(description), total=total)
+        yield lambda: bar.advance(job)
+
+
+def env_domain(env_id: str) -> str:
+    """The folder of an env's shipped harnesses (``whale/Chess-v0`` -> ``chess_puzzles``)."""
+    return {"chess": "chess_puzzles", "math": "math", "search": "search_qa"}[_domain_of(env_id)]
+
+
+def _check_env(env_id: str) -> None:
+    """A built-in env id, or a user's ``module:EnvId`` (the module is imported, as ``gym.make`` does)."""
+    try:
+        import_env_module(env_id)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _domain_of(env_id: str) -> str:
+    module, _, cls = whale_envs.ENVS[env_id].partition(":")
+    return getattr(importlib.import_module(module), cls).domain
+
+
+def load_harness_for(spec: str, env_id: str, *, trusted: bool = False):
+    """Load and validate a harness for ``env_id``; a user error (bad file, another domain's shipped
+    harness, ``--trusted`` on a file that does not ship with the package) is a CLIError."""
+    from harnesses.loader import load_harness
+    from harnesses.validate import HarnessValidationError
+
+    try:
+        harness = load_harness(spec)
+    except FileNotFoundError as exc:
+        raise CLIError(f"--harness {spec}: {exc}") from None
+    except (HarnessValidationError, SyntaxError, UnicodeDecodeError) as exc:
+        raise CLIError(f"harness {spec!r} fails validation: {exc}") from None
+    if harness.shipped and env_id in gym.registry:
+        domain, want = harness.name.split("/")[0], env_domain(env_id)
+        if domain != want:
+            raise CLIError(
+                f"--harness {spec} is a {domain} harness and cannot drive {env_id}; "
+                f"use one of {want}/*: {', '.join(_shipped(want))}"
+            )
+    if trusted and not harness.shipped:
+        raise CLIError(
+            f"--trusted runs only harnesses shipped with the package in this process, and {spec} is not one: "
+            "drop --trusted (it then runs in the sandboxed worker)"
+        )
+    return harness
+
+
+def _shipped(domain: str) -> list[str]:
+    from harnesses.loader import shipped_harnesses
+
+    return shipped_harnesses(domain)
+
+
+def check_model(model: str | None, backend: str = "transformers") -> None:
+    """A ``--model`` that names a path must be a model directory (an id like ``org/name`` goes to the hub)."""
+    if model is None or backend == "openai":
+        return
+    path = Path(model).expanduser()
+    if path.exists():
+        if path.is_dir() and not (path / "config.json").exists():
+            raise CLIError(f"cannot load model {model}: {path} is not a model directory (no config.json)")
+        return
+    if model.startswith(("/", ".", "~")) or model.count("/") > 1:
+        raise CLIError(
+            f"cannot load model {model}: no such directory; pass a model directory or a hub id like Qwen/Qwen3-0.6B"
+        )
+
+
+def _load_llm(args: argparse.Namespace):
+    from whale_train.llm import ModelNotFound, load_llm
+
+    check_model(args.model, args.backend)
+    kwargs = {"base_url": args.base_url} if args.backend == "openai" else {}
+    try:
+        return load_llm(args.backend, args.model, **kwargs)
+    except (ModelNotFound, ValueError, RuntimeError, OSError) as exc:
+        raise CLIError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
+
+
+def first_errors(trajs) -> dict[str, dict]:
+    """Episodes that ended in an error (the harness raised, a model call failed, a timeout), by failure
+    category: how many, and the first message with its task, so a failure is never only in the traces."""
+    out: dict[str, dict] = {}
+    for t in trajs:
+        if not t.error:
+            continue
+        entry = out.setdefault(
+            t.failure or "error", {"episodes": 0, "first": t.error.strip().splitlines()[-1]}
+        )
+        entry["episodes"] += 1
+        entry.setdefault("task_id", t.task_id)
+    return out
+
+
+def print_errors(found: dict[str, dict], episodes: int) -> None:
+    for name, e in found.items():
+        errors.print(
+            f"[yellow]{name}[/yellow] in {e['episodes']} of {episodes} episodes; first (task {escape(str(e['task_id']))}): "
+            f"{escape(e['first'][:300])}",
+            highlight=False,
+        )
