@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from whale_train.check import check_harness
 from harnesses.loader import harness_from_source, load_harness, shipped_harnesses
 from harnesses.validate import HarnessValidationError, load_class, validate_source
+from whale_train.check import check_harness
 from whale_train.llm.scripted import NullLLM, ScriptedLLM
 from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
-from whale_train.check import SOLVER_ALPHA, binomial_tail, check_harness
 from harnesses.loader import harness_from_source
+from whale_train.check import SOLVER_ALPHA, binomial_tail, check_harness
 from whale_train.llm.base import Request, SamplingParams
 from whale_train.llm.scripted import ScriptedLLM
 from whale_train.null_llms import LogLikelihoodNull, PermutedReal, PlausibleWrong

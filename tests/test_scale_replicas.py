@@ -200,7 +200,9 @@ def test_the_train_config_picks_replicas_and_the_ledger_gets_the_push_time(serve
     from whale_train.trainer import Run, TrainConfig
 
     urls = ",".join(s.url for s in servers[:2])
-    config = TrainConfig.from_dict({"backend": "openai", "base_url": urls, "model": "m"})
+    config = TrainConfig.from_dict(  # a plain server has no weight phase to run (server mode)
+        {"backend": "openai", "base_url": urls, "model": "m", "method": "harness-only"}
+    )
     llm = Run._load_llm(SimpleNamespace(config=config))
     assert isinstance(llm, ReplicatedLLM) and [r.base_url for r in llm.replicas] == [
         s.url for s in servers[:2]
