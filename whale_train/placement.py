@@ -89,7 +89,7 @@ def record_placement(run_dir: Path, **extra: Any) -> None:
         fh.write(json.dumps(line) + "\n")
 
 
-def die_with_parent() -> None:
+def set_parent_death_signal() -> None:
     """``preexec_fn`` of a child that must not outlive its parent (Linux: ``PR_SET_PDEATHSIG``)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -126,7 +126,7 @@ def train_one(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent if die_with_parent else None,
+            preexec_fn=set_parent_death_signal if die_with_parent else None,
         )
     return proc.returncode
 
