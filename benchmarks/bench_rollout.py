@@ -115,7 +115,7 @@ def test_episode_isolation_cost(benchmark, fresh_model_dir, monkeypatch, env_id,
     """Untrusted rollouts with a fresh process per episode vs the shared-process worker it replaced,
     side by side on the same episodes (target: at most 1.2x the time). The trajectories must be
     identical: isolation changes where the harness runs, not what it does."""
-    import whale_train.executors as executors
+    import whale_train.rollout.executors as executors
 
     llm = TransformersLLM(fresh_model_dir)
     ref = load_harness(harness)

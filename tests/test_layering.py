@@ -25,9 +25,6 @@ KNOWN_CYCLES = {
     # validate.shipped_modules() asks the loader for the shipped harness names, the loader validates
     # with validate (both files are being changed for the trust issue).
     ("harnesses.loader", "harnesses.validate"),
-    # the executors run the trusted Episode of rollout.py, rollout.py picks an executor; both move into
-    # one whale_train/rollout/ package (issue 16, item 2).
-    ("whale_train.executors", "whale_train.rollout"),
 }
 
 

@@ -16,7 +16,7 @@ import uuid
 import gymnasium as gym
 import pytest
 
-import whale_train.executors as executors
+import whale_train.rollout.executors as executors
 from harnesses.loader import HarnessRef, harness_from_source
 from harnesses.worker import worker_program
 from whale_train.llm.scripted import ScriptedLLM

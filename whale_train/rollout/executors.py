@@ -1,4 +1,5 @@
-"""Where harness code runs: in this process (shipped harnesses, when asked) or in a worker process.
+"""``run_rollouts`` and where harness code runs: in this process (shipped harnesses, when asked) or
+in a worker process.
 
 Both executors serve the same ``Episode`` operations and feed the same ``Batcher``; they differ only in
 how the harness's handle calls reach the trusted side.
@@ -22,21 +23,111 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 
+import whale_envs  # noqa: F401  (registers the envs)
 from harnesses.base import HarnessCallError
 from harnesses.loader import HarnessRef
 from harnesses.worker import MAX_MESSAGE_BYTES, parse_message, worker_program
 from whale_envs.sandbox import IsolationUnavailable, Limits, spawn_python
 from whale_train.llm.base import LLM
-from whale_train.rollout import Batcher, Episode, RolloutConfig, Trajectory, stable_seed
+from whale_train.rollout.batcher import Batcher
+from whale_train.rollout.episode import Episode, EpisodeLimits
+from whale_train.rollout.records import Trajectory, stable_seed
 
 MAX_WORKER_RESTARTS = 3
 Job = tuple[str, int]  # (task id, sample index)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How to roll out.
+
+    Attributes:
+        k: samples (episodes) per task.
+        seed: the run seed; episode ``(task, sample)`` gets seed ``hash(seed, task, sample)``, and its
+            i-th LLM request ``hash(episode seed, i)``.
+        concurrency: episodes in flight at once (the largest batch the model sees).
+        max_wait: seconds the batcher waits for stragglers before flushing a partial batch.
+        limits: per-episode limits.
+        trusted: run the harness in this process (only for harnesses shipped with the package).
+        worker_memory_mb: address-space limit of the worker's template process (untrusted harnesses).
+        episode_memory_mb: address-space limit of each episode's process; all of them together are
+            bounded by ``episode_memory_mb * concurrency``.
+        examples: the documented cross-episode memory: plain JSON values (few-shot examples built from
+            the *train* split by the caller) that every episode's harness sees as ``self.examples``.
+            Evaluation episodes never feed it.
+    """
+
+    k: int = 1
+    seed: int = 0
+    concurrency: int = 64
+    max_wait: float = 0.05
+    limits: EpisodeLimits = field(default_factory=EpisodeLimits)
+    trusted: bool = False
+    worker_memory_mb: int = 4096
+    episode_memory_mb: int = 1024
+    examples: tuple = ()
+
+
+def run_rollouts(
+    harness: Any,
+    env_id: str,
+    llm: LLM,
+    task_ids: Sequence[str] | None = None,
+    *,
+    env_kwargs: dict[str, Any] | None = None,
+    config: RolloutConfig | None = None,
+    progress: Callable[[Trajectory], None] | None = None,
+) -> list[Trajectory]:
+    """Run ``harness`` on every task × ``config.k`` samples; return the trajectories in task order.
+
+    ``harness`` is a ``harnesses.loader.HarnessRef`` (source + name, from ``load_harness``). ``task_ids``
+    default to the env's split (``env_kwargs["split"]``, default ``test``).
+    """
+    config = config or RolloutConfig()
+    env_kwargs = {"split": "test", **(env_kwargs or {})}
+    probe = gym.make(env_id, **env_kwargs)
+    preflight(config, probe.unwrapped, harness)
+    ids = list(task_ids) if task_ids is not None else list(probe.unwrapped.task_ids)
+    jobs = [(task_id, s) for s in range(config.k) for task_id in ids]
+    envs: list[gym.Env] = [probe]
+
+    def make_env() -> gym.Env:
+        return envs.pop() if envs else gym.make(env_id, **env_kwargs)
+
+    def recycle(env: gym.Env) -> None:
+        envs.append(env)
+
+    trajs = run_episodes(harness, env_id, llm, jobs, make_env, recycle, config, progress)
+    order = {(t, s): i for i, (t, s) in enumerate((t, s) for t in ids for s in range(config.k))}
+    return sorted(trajs, key=lambda tr: order[(tr.task_id, tr.sample)])
+
+
+def preflight(config: RolloutConfig, env: Any, harness: Any = None) -> str:
+    """Refuse before any episode runs when untrusted code would run without isolation.
+
+    Untrusted code: the harness (unless ``config.trusted``) and the model-written code of an env's
+    sandboxed tool (``env.uses_sandbox``). Returns the isolation label of the run (``"namespaces"``,
+    the opt-in label, or ``"in-process"`` when nothing untrusted runs); raises
+    ``whale_envs.sandbox.IsolationUnavailable`` with the cause and the opt-in.
+    """
+    from whale_envs.sandbox import UNISOLATED_LABEL, require_isolation
+
+    labels = []
+    if not config.trusted:
+        name = getattr(harness, "name", "the harness")
+        labels.append(require_isolation(f"the untrusted harness {name}", site_packages=False))
+    if getattr(env, "uses_sandbox", False):
+        labels.append(require_isolation("model-written tool code", site_packages=True))
+    if UNISOLATED_LABEL in labels:
+        return UNISOLATED_LABEL
+    return "namespaces" if labels else "in-process"
 
 
 def run_episodes(

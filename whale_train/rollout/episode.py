@@ -1,0 +1,364 @@
+"""The trusted side of one episode: its env, its record, its limits, and the handle operations.
+
+The harness drives the env and the model through two handles (see ``harnesses.base``); every handle
+call, wherever the harness runs, arrives here as ``Episode.call(method, args)``.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+from harnesses.base import HarnessCallError
+from whale_train.llm.base import Completion, Request, SamplingParams, ScoreUnsupported
+from whale_train.rollout.batcher import Batcher
+from whale_train.rollout.metrics import categorize
+from whale_train.rollout.records import EnvStep, LLMCall, Trajectory, jsonable, stable_seed
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    """Per-episode bounds, enforced on the trusted side for each episode separately.
+
+    ``max_llm_calls`` counts requests (a vote of 8 is 8; a ``choose``/``score`` is 1); ``max_tokens``
+    caps the new tokens of any single request; ``harness_seconds`` bounds the harness's own compute
+    between two handle calls (time spent waiting for the model or the env does not count; the CLI's
+    ``--episode-timeout``). ``score``/``choose``: a prompt longer than ``max_prompt_chars`` keeps its
+    end (as ``complete`` keeps the last tokens that fit), at most ``max_options`` options and
+    ``max_scored_chars`` characters of options per call. An action longer than ``max_action_chars``
+    is refused."""
+
+    max_llm_calls: int = 64
+    max_tokens: int = 512
+    harness_seconds: float = 30.0
+    max_prompt_chars: int = 32_768
+    max_options: int = 256
+    max_scored_chars: int = 65_536
+    max_action_chars: int = 65_536
+
+    def __post_init__(self):
+        for name in (
+            "max_llm_calls",
+            "max_tokens",
+            "max_prompt_chars",
+            "max_options",
+            "max_scored_chars",
+            "max_action_chars",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.harness_seconds, (int, float)) or self.harness_seconds <= 0:
+            raise ValueError(
+                f"harness_seconds (the episode timeout) must be positive, got {self.harness_seconds!r}"
+            )
+
+
+_PARAM_KEYS = {"temperature", "top_p", "max_tokens", "stop"}
+
+
+class Episode:
+    """The trusted side of one episode: its env, its record, and the handle operations.
+
+    ``call(method, args)`` serves one handle call and returns a Future (already resolved for env
+    operations). It raises ``HarnessCallError`` for a bad call.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        env_id: str,
+        task_id: str,
+        sample: int,
+        seed: int,
+        batcher: Batcher,
+        harness_name: str,
+        limits: EpisodeLimits,
+    ):
+        self.env = env
+        self.task_id = task_id
+        self.seed = seed
+        self.batcher = batcher
+        self.limits = limits
+        self._reset_done = False
+        self._ended = False
+        self._n_requests = 0
+        self._started = time.monotonic()
+        self.last_activity = self._started
+        self.busy_in_harness = True  # False while a handle call is being served
+        self.model_error: str | None = None  # the first failed model call: the episode is a model error
+        task = env.unwrapped.source.get(task_id)
+        self.traj = Trajectory(
+            task_id=task_id,
+            sample=sample,
+            seed=seed,
+            harness=harness_name,
+            env_id=env_id,
+            model_version=getattr(batcher.llm, "version", 0),
+            difficulty=jsonable(task.meta.get("difficulty")),
+        )
+
+    # -------------------------------------------------------------- serving handle calls
+
+    def call(self, method: str, args: dict[str, Any]) -> Future:
+        handler = getattr(self, f"_op_{method}", None)
+        if handler is None:
+            raise HarnessCallError(f"unknown handle method {method!r}")
+        return handler(**args)
+
+    def _done(self, value: Any) -> Future:
+        f: Future = Future()
+        f.set_result(value)
+        return f
+
+    def _op_reset(self) -> Future:
+        if self._reset_done:
+            raise HarnessCallError("env.reset() may be called once per episode (the engine chose the task)")
+        self._reset_done = True
+        obs, info = self.env.reset(seed=self.seed, options={"task_id": self.task_id})
+        self.traj.reset_observation = obs
+        return self._done((obs, jsonable(info)))
+
+    def overdue(self, now: float) -> str | None:
+        """Why this episode must end now (its harness computed too long), or None."""
+        limit = self.limits.harness_seconds
+        if self.busy_in_harness and now - self.last_activity > limit:
+            return f"timeout: the harness computed for more than {limit:g} s without calling the env or the model"
+        return None
+
+    def _op_step(self, action: Any) -> Future:
+        if not self._reset_done:
+            raise HarnessCallError("call env.reset() before env.step()")
+        if self._ended:
+            raise HarnessCallError("the episode has ended: no more env.step() calls")
+        if not isinstance(action, str):
+            action = str(action)
+        if len(action) > self.limits.max_action_chars:
+            raise HarnessCallError(
+                f"an action of {len(action)} characters is over this run's limit of {self.limits.max_action_chars}"
+            )
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.traj.steps.append(
+            EnvStep(
+                action,
+                obs,
+                float(reward),
+                bool(terminated),
+                bool(truncated),
+                info.get("error"),
+                info.get("error_kind"),
+            )
+        )
+        self.traj.reward += float(reward)
+        shown = info
+        if terminated or truncated:
+            self._ended = True
+            self.traj.final_info = jsonable(
+                {k: v for k, v in info.items() if k not in ("legal_moves_uci", "legal_moves_san")}
+            )
+            # The end-of-episode record (the gold answer, the solution line) is the trusted side's: the
+            # harness learns whether it solved the task, never the answer it could replay in another episode.
+            final = getattr(self.env.unwrapped, "_final_info", None)
+            withheld = set(final()) - {"solved"} if callable(final) else set()
+            shown = {k: v for k, v in info.items() if k not in withheld}
+        return self._done((obs, float(reward), bool(terminated), bool(truncated), jsonable(shown)))
+
+    def _params(self, params: dict[str, Any]) -> SamplingParams:
+        unknown = set(params) - _PARAM_KEYS
+        if unknown:
+            raise HarnessCallError(
+                f"unknown sampling parameter(s) {sorted(unknown)}; allowed: {sorted(_PARAM_KEYS)}"
+            )
+        params = {k: v for k, v in params.items() if v is not None}
+        if "stop" in params:
+            stop = params["stop"]
+            params["stop"] = tuple([stop] if isinstance(stop, str) else stop)
+        try:
+            sp = SamplingParams(**params)
+        except (TypeError, ValueError) as exc:
+            raise HarnessCallError(f"bad sampling parameters: {exc}") from None
+        if sp.max_tokens > self.limits.max_tokens:
+            raise HarnessCallError(
+                f"max_tokens {sp.max_tokens} is above this run's limit of {self.limits.max_tokens}"
+            )
+        return sp
+
+    def _requests(self, prompts: list[Any], params: dict[str, Any]) -> list[Request]:
+        sp = self._params(params)
+        if self._n_requests + len(prompts) > self.limits.max_llm_calls:
+            raise HarnessCallError(
+                f"LLM call limit reached ({self.limits.max_llm_calls} requests per episode)"
+            )
+        reqs = []
+        for prompt in prompts:
+            _check_prompt(prompt)
+            reqs.append(Request(prompt, sp, stable_seed(self.seed, self._n_requests)))
+            self._n_requests += 1
+        return reqs
+
+    def _sampled(self, reqs: list[Request], future: Future, unwrap: bool) -> Future:
+        out: Future = Future()
+
+        def record(f: Future) -> None:
+            try:
+                comps: list[Completion] = f.result()
+            except Exception as exc:
+                self.model_error = self.model_error or f"{type(exc).__name__}: {exc}"
+                out.set_exception(HarnessCallError(f"the model failed: {exc}"))
+                return
+            for req, c in zip(reqs, comps, strict=True):
+                self.traj.calls.append(_call("sample", req.prompt, c, req.seed, _params_dict(req.params)))
+            texts = [c.text for c in comps]
+            out.set_result(texts[0] if unwrap else texts)
+
+        future.add_done_callback(record)
+        return out
+
+    def _op_complete(self, prompt: Any, params: dict[str, Any] | None = None) -> Future:
+        reqs = self._requests([prompt], params or {})
+        return self._sampled(reqs, self.batcher.submit_complete(reqs), unwrap=True)
+
+    def _op_sample(self, prompt: Any, n: int, params: dict[str, Any] | None = None) -> Future:
+        if not isinstance(n, int) or n < 1:
+            raise HarnessCallError(f"n must be a positive integer, got {n!r}")
+        reqs = self._requests([prompt] * n, params or {})
+        return self._sampled(reqs, self.batcher.submit_complete(reqs), unwrap=False)
+
+    def _op_complete_many(self, prompts: list[Any], params: dict[str, Any] | None = None) -> Future:
+        if not isinstance(prompts, list) or not prompts:
+            raise HarnessCallError("complete_many needs a non-empty list of prompts")
+        reqs = self._requests(prompts, params or {})
+        return self._sampled(reqs, self.batcher.submit_complete(reqs), unwrap=False)
+
+    def _scored(self, prompt: Any, options: list[str], choose: bool) -> Future:
+        _check_prompt(prompt)
+        if not isinstance(options, list) or not options or not all(isinstance(o, str) and o for o in options):
+            raise HarnessCallError("options must be a non-empty list of non-empty strings")
+        lim = self.limits
+        if len(options) > lim.max_options:
+            raise HarnessCallError(
+                f"{len(options)} options is over this run's limit of {lim.max_options} per call"
+            )
+        if sum(map(len, options)) > lim.max_scored_chars:
+            raise HarnessCallError(
+                f"the options hold {sum(map(len, options))} characters, over this run's limit of "
+                f"{lim.max_scored_chars} per call"
+            )
+        prompt = _keep_end(prompt, lim.max_prompt_chars)
+        if self._n_requests + 1 > self.limits.max_llm_calls:
+            raise HarnessCallError(
+                f"LLM call limit reached ({self.limits.max_llm_calls} requests per episode)"
+            )
+        self._n_requests += 1
+        out: Future = Future()
+
+        def record(f: Future) -> None:
+            try:
+                comps: list[Completion] = f.result()
+            except ScoreUnsupported as exc:
+                out.set_exception(HarnessCallError(str(exc)))
+                return
+            except Exception as exc:
+                self.model_error = self.model_error or f"{type(exc).__name__}: {exc}"
+                out.set_exception(HarnessCallError(f"the model failed: {exc}"))
+                return
+            scores = [float(c.logprob or 0.0) for c in comps]
+            best = max(range(len(scores)), key=lambda i: scores[i])
+            if choose:
+                self.traj.calls.append(_call("choice", prompt, comps[best], None, {"options": len(options)}))
+                out.set_result(best)
+            else:
+                c = comps[0]
+                self.traj.calls.append(
+                    LLMCall(
+                        "score",
+                        prompt,
+                        c.prompt_text,
+                        "",
+                        c.prompt_ids,
+                        None,
+                        "stop",
+                        c.prompt_tokens,
+                        sum(x.completion_tokens for x in comps),
+                    )
+                )
+                out.set_result(scores)
+
+        self.batcher.submit_score(prompt, options).add_done_callback(record)
+        return out
+
+    def _op_choose(self, prompt: Any, options: list[str]) -> Future:
+        return self._scored(prompt, options, choose=True)
+
+    def _op_score(self, prompt: Any, continuations: list[str]) -> Future:
+        return self._scored(prompt, continuations, choose=False)
+
+    # -------------------------------------------------------------- the end
+
+    def finish(self, error: str | None = None) -> Trajectory:
+        t = self.traj
+        t.wall_seconds = round(time.monotonic() - self._started, 4)
+        t.error = error
+        last = t.steps[-1] if t.steps else None
+        t.solved = bool(last and last.terminated and t.final_info.get("solved", last.reward >= 1.0))
+        if self.model_error and not t.solved:  # not the harness's fault, whatever it raised after
+            t.error = f"model_error: {self.model_error}" + (f"\n(then {error})" if error else "")
+        t.failure = categorize(t)
+        return t
+
+
+def _keep_end(prompt: Any, max_chars: int) -> Any:
+    """``prompt`` cut to its last ``max_chars`` characters (chat: the earliest message text goes first)."""
+    if isinstance(prompt, str):
+        return prompt[-max_chars:] if len(prompt) > max_chars else prompt
+    total = sum(len(m["content"]) for m in prompt)
+    if total <= max_chars:
+        return prompt
+    out, excess = [], total - max_chars
+    for m in prompt:
+        cut = min(excess, len(m["content"]))
+        excess -= cut
+        out.append({**m, "content": m["content"][cut:]})
+    return out
+
+
+def _check_prompt(prompt: Any) -> None:
+    if isinstance(prompt, str):
+        return
+    ok = (
+        isinstance(prompt, list)
+        and prompt
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in prompt
+        )
+    )
+    if not ok:
+        raise HarnessCallError(
+            "a prompt is a string or a non-empty list of {'role': str, 'content': str} messages"
+        )
+
+
+def _params_dict(p: SamplingParams) -> dict[str, Any]:
+    return {"temperature": p.temperature, "top_p": p.top_p, "max_tokens": p.max_tokens, "stop": list(p.stop)}
+
+
+def _call(kind: str, prompt: Any, c: Completion, seed: int | None, params: dict[str, Any]) -> LLMCall:
+    return LLMCall(
+        kind=kind,
+        prompt=prompt,
+        prompt_text=c.prompt_text,
+        completion=c.text,
+        prompt_ids=c.prompt_ids,
+        completion_ids=c.completion_ids,
+        finish_reason=c.finish_reason,
+        prompt_tokens=c.prompt_tokens,
+        completion_tokens=c.completion_tokens,
+        seed=seed,
+        params=params,
+        logprob=c.logprob,
+    )

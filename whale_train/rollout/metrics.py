@@ -1,0 +1,82 @@
+"""What a set of trajectories says: the failure category of one episode, the summary of a run."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from whale_train.rollout.records import Trajectory
+
+FAILURES = (
+    "parse_error",
+    "illegal_action",
+    "wrong_answer",
+    "tool_error",
+    "out_of_turns",
+    "timeout",
+    "harness_error",
+    "model_error",
+    "incomplete",
+)
+
+
+def categorize(traj: Trajectory) -> str:
+    """The failure category of an unsolved episode ('' when solved).
+
+    model_error (a model call failed: the backend raised; whatever the harness did next) /
+    timeout / harness_error (the harness raised or hit a limit) / wrong_answer (the env ended the
+    episode with reward 0) / parse_error, illegal_action, tool_error (the episode ran out of turns,
+    and the last env error was of that kind) / out_of_turns / incomplete (the harness returned early).
+    """
+    if traj.solved:
+        return ""
+    if traj.error and traj.error.startswith("model_error"):
+        return "model_error"
+    if traj.error and traj.error.startswith("timeout"):
+        return "timeout"
+    if traj.error:
+        return "harness_error"
+    if not traj.steps:
+        return "incomplete"
+    last = traj.steps[-1]
+    if last.terminated:
+        return "wrong_answer"
+    kinds = [s.error_kind for s in traj.steps if s.error_kind]
+    if last.truncated or kinds:
+        kind = kinds[-1] if kinds else None
+        return {"malformed": "parse_error", "illegal": "illegal_action", "tool": "tool_error"}.get(
+            kind, "out_of_turns"
+        )
+    return "incomplete"
+
+
+def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    """mean@k with its standard error over tasks, pass@k, per-difficulty breakdown, tokens, failures."""
+    by_task: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajs:
+        by_task[t.task_id].append(t)
+    per_task = {tid: sum(x.solved for x in ts) / len(ts) for tid, ts in by_task.items()}
+    n = len(per_task)
+    mean = sum(per_task.values()) / n if n else 0.0
+    var = sum((v - mean) ** 2 for v in per_task.values()) / (n - 1) if n > 1 else 0.0
+    ks = {len(ts) for ts in by_task.values()}
+    by_diff: dict[str, list[float]] = defaultdict(list)
+    for tid, ts in by_task.items():
+        by_diff[str(ts[0].difficulty)].append(per_task[tid])
+    failures = Counter(t.failure for t in trajs if t.failure)
+    return {
+        "tasks": n,
+        "episodes": len(trajs),
+        "k": max(ks) if ks else 0,
+        "mean": mean,
+        "se": math.sqrt(var / n) if n > 1 else 0.0,
+        "pass_at_k": sum(any(x.solved for x in ts) for ts in by_task.values()) / n if n else 0.0,
+        "by_difficulty": {d: {"tasks": len(v), "mean": sum(v) / len(v)} for d, v in sorted(by_diff.items())},
+        "failures": dict(failures.most_common()),
+        "llm_calls": sum(len(t.calls) for t in trajs),
+        "prompt_tokens": sum(t.prompt_tokens for t in trajs),
+        "completion_tokens": sum(t.completion_tokens for t in trajs),
+        "per_task": per_task,
+    }

@@ -1,0 +1,105 @@
+"""The record of an episode: ``LLMCall``/``EnvStep``/``Trajectory``, its JSON lines, and the seeds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class LLMCall:
+    """One model call of an episode. ``kind``: ``sample`` (generated), ``choice`` (an option picked by
+    likelihood; ``completion`` is the option), or ``score`` (likelihoods only, nothing to train on)."""
+
+    kind: str
+    prompt: Any
+    prompt_text: str
+    completion: str
+    prompt_ids: list[int] | None
+    completion_ids: list[int] | None
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    seed: int | None = None
+    params: dict[str, Any] | None = None
+    logprob: float | None = None
+
+
+@dataclass
+class EnvStep:
+    action: str
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    error: str | None = None
+    error_kind: str | None = None
+
+
+@dataclass
+class Trajectory:
+    """Everything one episode did. ``failure`` is empty when solved, else a category (see ``categorize``)."""
+
+    task_id: str
+    sample: int
+    seed: int
+    harness: str
+    env_id: str
+    model_version: int
+    difficulty: Any = None
+    reward: float = 0.0
+    solved: bool = False
+    reset_observation: str = ""
+    steps: list[EnvStep] = field(default_factory=list)
+    calls: list[LLMCall] = field(default_factory=list)
+    error: str | None = None
+    failure: str = ""
+    final_info: dict[str, Any] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(c.prompt_tokens for c in self.calls)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c.completion_tokens for c in self.calls)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+        d = dict(d)
+        d["steps"] = [EnvStep(**s) for s in d.get("steps", [])]
+        d["calls"] = [LLMCall(**c) for c in d.get("calls", [])]
+        return cls(**d)
+
+
+def stable_seed(*parts: Any) -> int:
+    return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8], "big") >> 1
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-safe copy (numpy scalars, tuples, sets become plain types)."""
+    return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+
+
+def write_jsonl(trajs: Iterable[Trajectory], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for t in trajs:
+            fh.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_jsonl(path: str | Path) -> list[Trajectory]:
+    with open(path, encoding="utf-8") as fh:
+        return [Trajectory.from_dict(json.loads(line)) for line in fh if line.strip()]
