@@ -15,7 +15,8 @@ The harness sees the env and the model only through two narrow handles:
     the highest log-likelihood; recorded as a call whose completion is that option, so RSFT can train
     on it), ``score(prompt, continuations) -> list[float]``, and ``has_chat_template``. A prompt is
     text or chat messages ``[{"role": "user", "content": ...}]``. Params: ``temperature``, ``top_p``,
-    ``max_tokens``, ``stop``.
+    ``max_tokens``, ``stop``. These methods are written once, in ``ENV_METHODS`` / ``LLM_METHODS`` below:
+the proxies a harness gets and the trusted side that serves the calls derive from that list.
 
 Every call through the handles is recorded by the engine (the trajectory), outside the harness's
 reach. ``Harness`` offers the usual loop as overridable hooks, so a small idea is a small diff:
@@ -30,7 +31,10 @@ trusted execution is asked for.
 
 from __future__ import annotations
 
+import inspect
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 Prompt = str | list[dict[str, str]]
@@ -58,6 +62,128 @@ class LLMHandle(Protocol):
     def choose(self, prompt: Prompt, options: list[str]) -> int: ...
 
     def score(self, prompt: Prompt, continuations: list[str]) -> list[float]: ...
+
+
+# ---------------------------------------------------------------------------- the handle methods, once
+
+
+@dataclass(frozen=True)
+class HandleMethod:
+    """One method of a handle as every side sees it: the harness API (the Protocols above), the
+    proxies that forward a call (``EnvProxy``/``LLMProxy``: in the worker, in process) and the trusted side
+    that serves it (``whale_train.rollout.episode.Episode._op_<name>``). A call travels as
+    ``(name, {argument: value, ..., "params": {...}})``."""
+
+    name: str
+    args: tuple[str, ...]  # the positional arguments, in order (each may also be passed by keyword)
+    doc: str
+    lists: tuple[str, ...] = ()  # the arguments sent as lists (any iterable is accepted)
+    params: bool = False  # takes sampling parameters as keywords, sent as one ``params`` object
+    tuple_result: bool = False  # the reply is a tuple (JSON brings it back as a list)
+
+    def signature(self) -> inspect.Signature:
+        """The method's signature, ``self`` first."""
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        names = ("self", *self.args)
+        parameters = [inspect.Parameter(n, kind) for n in names]
+        if self.params:
+            parameters.append(inspect.Parameter("params", inspect.Parameter.VAR_KEYWORD))
+        return inspect.Signature(parameters)
+
+    def message(self, bound: inspect.BoundArguments) -> dict[str, Any]:
+        """The arguments of one call as they travel to the trusted side."""
+        values = dict(bound.arguments)
+        values.pop("self", None)
+        out = {name: list(values[name]) if name in self.lists else values[name] for name in self.args}
+        if self.params:
+            out["params"] = dict(values.get("params", {}))
+        return out
+
+
+ENV_METHODS = (
+    HandleMethod("reset", (), "Start the episode: ``(obs, info)``. Once per episode.", tuple_result=True),
+    HandleMethod(
+        "step",
+        ("action",),
+        "Act: ``(obs, reward, terminated, truncated, info)``.",
+        tuple_result=True,
+    ),
+)
+
+LLM_METHODS = (
+    HandleMethod(
+        "complete",
+        ("prompt",),
+        "One completion of ``prompt`` (text or chat messages) with the sampling ``params`` "
+        "(``temperature``, ``top_p``, ``max_tokens``, ``stop``).",
+        params=True,
+    ),
+    HandleMethod("sample", ("prompt", "n"), "``n`` completions of the same prompt.", params=True),
+    HandleMethod(
+        "complete_many",
+        ("prompts",),
+        "One completion of each prompt, in one batch.",
+        lists=("prompts",),
+        params=True,
+    ),
+    HandleMethod(
+        "choose",
+        ("prompt", "options"),
+        "The index of the option with the highest log-likelihood after ``prompt``; recorded as a call "
+        "whose completion is that option, so RSFT can train on it.",
+        lists=("options",),
+    ),
+    HandleMethod(
+        "score",
+        ("prompt", "continuations"),
+        "The log-likelihood of each continuation after ``prompt`` (nothing to train on).",
+        lists=("continuations",),
+    ),
+)
+
+#: Every handle method by name: what the trusted side serves.
+HANDLE_METHODS = {m.name: m for m in ENV_METHODS + LLM_METHODS}
+
+for _protocol, _methods in ((EnvHandle, ENV_METHODS), (LLMHandle, LLM_METHODS)):
+    for _m in _methods:
+        getattr(_protocol, _m.name).__doc__ = _m.doc
+
+
+class _Proxy:
+    def __init__(self, call: Callable[[str, dict[str, Any]], Any]):
+        self._call = call
+
+
+class EnvProxy(_Proxy):
+    """An ``env`` handle whose every method forwards the call as ``call(name, arguments)`` and returns
+    the reply (the worker forwards over its pipe, the in-process executor to the ``Episode``)."""
+
+
+class LLMProxy(_Proxy):
+    """An ``llm`` handle that forwards like ``EnvProxy``."""
+
+    def __init__(self, call: Callable[[str, dict[str, Any]], Any], has_chat_template: bool):
+        super().__init__(call)
+        self.has_chat_template = has_chat_template
+
+
+def _forwarder(method: HandleMethod) -> Callable[..., Any]:
+    sig = method.signature()
+
+    def forward(self, *args, **kwargs):
+        value = self._call(method.name, method.message(sig.bind(self, *args, **kwargs)))
+        return tuple(value) if method.tuple_result else value
+
+    forward.__name__ = method.name
+    forward.__qualname__ = method.name
+    forward.__doc__ = method.doc
+    forward.__signature__ = sig  # type: ignore[attr-defined]
+    return forward
+
+
+for _cls, _methods in ((EnvProxy, ENV_METHODS), (LLMProxy, LLM_METHODS)):
+    for _m in _methods:
+        setattr(_cls, _m.name, _forwarder(_m))
 
 
 class Harness:

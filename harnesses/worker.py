@@ -107,40 +107,6 @@ class _Channel:
         return reply["value"]
 
 
-class _EnvProxy:
-    def __init__(self, channel: _Channel):
-        self._channel = channel
-
-    def reset(self):
-        obs, info = self._channel.call("reset", {})
-        return obs, info
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self._channel.call("step", {"action": action})
-        return obs, reward, terminated, truncated, info
-
-
-class _LLMProxy:
-    def __init__(self, channel: _Channel, has_chat_template: bool):
-        self._channel = channel
-        self.has_chat_template = has_chat_template
-
-    def complete(self, prompt, **params):
-        return self._channel.call("complete", {"prompt": prompt, "params": params})
-
-    def sample(self, prompt, n, **params):
-        return self._channel.call("sample", {"prompt": prompt, "n": n, "params": params})
-
-    def complete_many(self, prompts, **params):
-        return self._channel.call("complete_many", {"prompts": list(prompts), "params": params})
-
-    def choose(self, prompt, options):
-        return self._channel.call("choose", {"prompt": prompt, "options": list(options)})
-
-    def score(self, prompt, continuations):
-        return self._channel.call("score", {"prompt": prompt, "continuations": list(continuations)})
-
-
 def _load(first: dict) -> type:
     from harnesses.validate import load_class
 
@@ -165,8 +131,10 @@ def _episode(first: dict, rfd: int, wfd: int) -> None:
         channel = _Channel(os.fdopen(wfd, "w", encoding="utf-8"), os.fdopen(rfd, "r", encoding="utf-8"))
         error = None
         try:
+            from harnesses.base import EnvProxy, LLMProxy
+
             cls = _load(first)
-            cls().run(_EnvProxy(channel), _LLMProxy(channel, bool(first.get("has_chat_template"))))
+            cls().run(EnvProxy(channel.call), LLMProxy(channel.call, bool(first.get("has_chat_template"))))
         except BaseException:  # noqa: BLE001 - any failure of the harness is reported, never fatal
             error = "".join(traceback.format_exc(limit=8))[-4000:]
         channel.send({"op": "done", "error": error})

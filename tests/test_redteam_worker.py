@@ -180,7 +180,7 @@ def test_an_episode_cannot_act_for_another(unlinted):
     ref = unlinted(
         "import json\n"
         "env.reset()\n"
-        "ch = env._channel\n"
+        "ch = env._call.__self__  # the episode's channel\n"
         "for other in range(8):\n"
         "    ch.send({'op': 'call', 'episode': other, 'method': 'step', 'args': {'action': 'forged'}})\n"
         "    ch._in.readline()\n"
@@ -232,7 +232,7 @@ def test_malformed_bytes_from_an_episode_end_only_that_episode(unlinted, payload
         "import os\n"
         "obs, info = env.reset()\n"
         "if info['question'] == FIRST:\n"
-        f"    os.write(env._channel._out.fileno(), {payload})\n"
+        f"    os.write(env._call.__self__._out.fileno(), {payload})\n"
         "    import time; time.sleep(30)\n"
         "env.step('answer: 0')"
     )
@@ -361,7 +361,7 @@ def test_an_episode_that_stops_reading_its_replies_stalls_nobody(unlinted):
         "import time\n"
         "obs, info = env.reset()\n"
         "if info['question'] == FIRST:\n"
-        "    env._channel.send({'op': 'call', 'method': 'complete', 'args': {'prompt': 'x', 'params': {}}})\n"
+        "    env._call.__self__.send({'op': 'call', 'method': 'complete', 'args': {'prompt': 'x', 'params': {}}})\n"
         "    time.sleep(60)\n"
         "env.step('answer: ' + llm.complete('y')[:5])"
     )

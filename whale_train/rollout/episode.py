@@ -13,7 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from harnesses.base import HarnessCallError
+from harnesses.base import HANDLE_METHODS, HarnessCallError
 from whale_train.llm.base import Completion, Request, SamplingParams, ScoreUnsupported
 from whale_train.rollout.batcher import Batcher
 from whale_train.rollout.metrics import categorize
@@ -105,10 +105,15 @@ class Episode:
     # -------------------------------------------------------------- serving handle calls
 
     def call(self, method: str, args: dict[str, Any]) -> Future:
-        handler = getattr(self, f"_op_{method}", None)
-        if handler is None:
+        spec = HANDLE_METHODS.get(method)
+        if spec is None:
             raise HarnessCallError(f"unknown handle method {method!r}")
-        return handler(**args)
+        allowed = set(spec.args) | ({"params"} if spec.params else set())
+        if not set(spec.args) <= set(args) <= allowed:
+            raise HarnessCallError(
+                f"{method} takes the arguments {sorted(allowed)}, the call sent {sorted(args)}"
+            )
+        return getattr(self, f"_op_{method}")(**args)
 
     def _done(self, value: Any) -> Future:
         f: Future = Future()

@@ -31,7 +31,7 @@ from typing import Any
 import gymnasium as gym
 
 import whale_envs  # noqa: F401  (registers the envs)
-from harnesses.base import HarnessCallError
+from harnesses.base import EnvProxy, HarnessCallError, LLMProxy
 from harnesses.loader import HarnessRef
 from harnesses.worker import MAX_MESSAGE_BYTES, parse_message, worker_program
 from whale_envs.sandbox import IsolationUnavailable, Limits, spawn_python
@@ -169,39 +169,9 @@ def run_episodes(
 # ------------------------------------------------------------------------------------- in process
 
 
-class _DirectEnv:
-    def __init__(self, ep: Episode):
-        self._ep = ep
-
-    def reset(self):
-        return self._ep.call("reset", {}).result()
-
-    def step(self, action):
-        return self._ep.call("step", {"action": action}).result()
-
-
-class _DirectLLM:
-    def __init__(self, ep: Episode, has_chat_template: bool):
-        self._ep = ep
-        self.has_chat_template = has_chat_template
-
-    def _call(self, method: str, **args: Any):
-        return self._ep.call(method, args).result()
-
-    def complete(self, prompt, **params):
-        return self._call("complete", prompt=prompt, params=params)
-
-    def sample(self, prompt, n, **params):
-        return self._call("sample", prompt=prompt, n=n, params=params)
-
-    def complete_many(self, prompts, **params):
-        return self._call("complete_many", prompts=list(prompts), params=params)
-
-    def choose(self, prompt, options):
-        return self._call("choose", prompt=prompt, options=list(options))
-
-    def score(self, prompt, continuations):
-        return self._call("score", prompt=prompt, continuations=list(continuations))
+def _caller(ep: Episode) -> Callable[[str, dict[str, Any]], Any]:
+    """The handles' ``call``: serve it on the trusted side and wait for the reply."""
+    return lambda method, args: ep.call(method, args).result()
 
 
 def _run_in_process(harness, llm, jobs, new_episode, close_episode, batcher, config) -> list[Trajectory]:
@@ -215,7 +185,8 @@ def _run_in_process(harness, llm, jobs, new_episode, close_episode, batcher, con
         batcher.enter()
         error = None
         try:
-            cls().run(_DirectEnv(ep), _DirectLLM(ep, chat))
+            call = _caller(ep)
+            cls().run(EnvProxy(call), LLMProxy(call, chat))
         except Exception:  # one episode never breaks the evaluation
             error = "harness_error: " + traceback.format_exc(limit=8)[-4000:]
         finally:
