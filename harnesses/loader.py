@@ -5,9 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harnesses.validate import HarnessValidationError, ValidationReport, load_class, validate_source
+from harnesses.validate import (
+    HarnessValidationError,
+    ValidationReport,
+    load_class,
+    shipped_harnesses,
+    validate_source,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+__all__ = ["PACKAGE_DIR", "HarnessRef", "harness_from_source", "load_harness", "shipped_harnesses"]
 
 
 @dataclass(frozen=True)
@@ -30,17 +37,6 @@ class HarnessRef:
                 f"{self.filename}: trusted in-process execution is only for harnesses shipped with the package"
             )
         return load_class(self.source, self.filename, restricted=False)
-
-
-def shipped_harnesses(domain: str | None = None) -> list[str]:
-    """Names of the harnesses shipped with the package (``chess_puzzles/h0``, ...)."""
-    names = []
-    for path in sorted(PACKAGE_DIR.glob("*/*.py")):
-        if path.name.startswith("_") or path.parent.name.startswith("_"):
-            continue
-        if domain is None or path.parent.name == domain:
-            names.append(f"{path.parent.name}/{path.stem}")
-    return names
 
 
 def load_harness(spec: str | Path, name: str | None = None) -> HarnessRef:

@@ -24,6 +24,7 @@ import re
 import string
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 #: Standard-library modules a harness may import (and what ``harnesses.base`` exports).
@@ -143,11 +144,22 @@ ALLOWED_DUNDERS = frozenset(
 SHIPPED_MODULES: frozenset[str] | None = None
 
 
+def shipped_harnesses(domain: str | None = None) -> list[str]:
+    """Names of the harnesses shipped with the package (``chess_puzzles/h0``, ...): the files of its
+    domain folders (``harnesses.loader`` re-exports this)."""
+    package = Path(__file__).resolve().parent  # here, not at import: the worker's inlined copy has no file
+    names = []
+    for path in sorted(package.glob("*/*.py")):
+        if path.name.startswith("_") or path.parent.name.startswith("_"):
+            continue
+        if domain is None or path.parent.name == domain:
+            names.append(f"{path.parent.name}/{path.stem}")
+    return names
+
+
 def shipped_modules() -> frozenset[str]:
     global SHIPPED_MODULES
     if SHIPPED_MODULES is None:
-        from harnesses.loader import shipped_harnesses
-
         SHIPPED_MODULES = frozenset("harnesses." + name.replace("/", ".") for name in shipped_harnesses())
     return SHIPPED_MODULES
 
