@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from whale_train.cli import main
 from whale_train.rollout import EnvStep, LLMCall, Trajectory, write_jsonl
+from whale_train.traces import read_episodes
 
 
 def _traj(task: str, sample: int, *, solved=False, failure="", error=None, harness="math/h0") -> Trajectory:
@@ -66,3 +69,15 @@ def test_show_prints_an_episode_in_full(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Problem gen-1" in out and "\\boxed{4}" in out and "answer: 4" in out and "not correct" in out
     assert "traces.jsonl:2" in out  # where the episode is
+
+
+def test_a_broken_line_is_named_by_file_and_line(tmp_path):
+    path = write_jsonl([_traj("gen-1", 0), _traj("gen-1", 1)], tmp_path / "traces.jsonl")
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text + "\n" + text.splitlines()[0][:40], encoding="utf-8")  # cut short, after a blank
+    with pytest.raises(ValueError) as caught:
+        list(read_episodes(path))
+    assert str(caught.value) == f"{path}:4: not a JSON line; is the file cut short?"
+    path.write_text(text + '{"sample": 0}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"traces.jsonl:3: not an episode record"):
+        list(read_episodes(path))

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from whale_envs.tasks import TaskSourceError, json_lines
+
 
 def trace_files(path: Path) -> list[Path]:
     """``path`` itself, or every traces file under a folder (sorted): ``traces.jsonl`` (whale eval),
@@ -36,18 +38,21 @@ def read_episodes(path: Path) -> Iterator[tuple[Path, int, dict[str, Any]]]:
     """(file, line number, episode dict) for every line; a broken line is a ValueError naming file:line."""
     for file in trace_files(path):
         with open(file, encoding="utf-8", errors="replace") as fh:
-            for line_no, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    episode = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(
-                        f"{file}:{line_no}: not a JSON line ({exc.msg}); is the file cut short?"
-                    ) from None
-                if not isinstance(episode, dict) or "task_id" not in episode:
-                    raise ValueError(f"{file}:{line_no}: not an episode record (no task_id)")
-                yield file, line_no, episode
+            read = 0  # the lines json_lines has taken: the broken one, when it raises
+
+            def counted(lines=fh):
+                nonlocal read
+                for line in lines:
+                    read += 1
+                    yield line
+
+            try:
+                for line_no, episode in json_lines(counted(), str(file)):
+                    if not isinstance(episode, dict) or "task_id" not in episode:
+                        raise ValueError(f"{file}:{line_no}: not an episode record (no task_id)")
+                    yield file, line_no, episode
+            except TaskSourceError:
+                raise ValueError(f"{file}:{read}: not a JSON line; is the file cut short?") from None
 
 
 def matches(e: dict[str, Any], *, task=None, failure=None, harness=None, solved=None) -> bool:

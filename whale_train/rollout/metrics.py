@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from whale_train.rollout.records import Trajectory
+from whale_train.stats import mean_se
 
 FAILURES = (
     "parse_error",
@@ -59,8 +59,7 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
         by_task[t.task_id].append(t)
     per_task = {tid: sum(x.solved for x in ts) / len(ts) for tid, ts in by_task.items()}
     n = len(per_task)
-    mean = sum(per_task.values()) / n if n else 0.0
-    var = sum((v - mean) ** 2 for v in per_task.values()) / (n - 1) if n > 1 else 0.0
+    mean, se = mean_se(per_task.values()) if n else (0.0, 0.0)
     ks = {len(ts) for ts in by_task.values()}
     by_diff: dict[str, list[float]] = defaultdict(list)
     for tid, ts in by_task.items():
@@ -71,7 +70,7 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
         "episodes": len(trajs),
         "k": max(ks) if ks else 0,
         "mean": mean,
-        "se": math.sqrt(var / n) if n > 1 else 0.0,
+        "se": se,
         "pass_at_k": sum(any(x.solved for x in ts) for ts in by_task.values()) / n if n else 0.0,
         "by_difficulty": {d: {"tasks": len(v), "mean": sum(v) / len(v)} for d, v in sorted(by_diff.items())},
         "failures": dict(failures.most_common()),

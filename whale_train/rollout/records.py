@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whale_train.files import atomic_write_text
+
 
 @dataclass
 class LLMCall:
@@ -90,14 +92,8 @@ def jsonable(value: Any) -> Any:
 
 
 def write_jsonl(trajs: Iterable[Trajectory], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for t in trajs:
-            fh.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
-    tmp.replace(path)
-    return path
+    """One JSON line per trajectory, written atomically (``whale_train.files``)."""
+    return atomic_write_text(path, "".join(json.dumps(t.to_dict(), ensure_ascii=False) + "\n" for t in trajs))
 
 
 def read_jsonl(path: str | Path) -> list[Trajectory]:
