@@ -216,7 +216,9 @@ class Episode:
                 out.set_exception(HarnessCallError(f"the model failed: {exc}"))
                 return
             for req, c in zip(reqs, comps, strict=True):
-                self.traj.calls.append(_call("sample", req.prompt, c, req.seed, _params_dict(req.params)))
+                self.traj.calls.append(
+                    LLMCall.of("sample", req.prompt, c, req.seed, _params_dict(req.params))
+                )
             texts = [c.text for c in comps]
             out.set_result(texts[0] if unwrap else texts)
 
@@ -274,7 +276,9 @@ class Episode:
             scores = [float(c.logprob or 0.0) for c in comps]
             best = max(range(len(scores)), key=lambda i: scores[i])
             if choose:
-                self.traj.calls.append(_call("choice", prompt, comps[best], None, {"options": len(options)}))
+                self.traj.calls.append(
+                    LLMCall.of("choice", prompt, comps[best], None, {"options": len(options)})
+                )
                 out.set_result(best)
             else:
                 c = comps[0]
@@ -350,20 +354,3 @@ def _check_prompt(prompt: Any) -> None:
 
 def _params_dict(p: SamplingParams) -> dict[str, Any]:
     return {"temperature": p.temperature, "top_p": p.top_p, "max_tokens": p.max_tokens, "stop": list(p.stop)}
-
-
-def _call(kind: str, prompt: Any, c: Completion, seed: int | None, params: dict[str, Any]) -> LLMCall:
-    return LLMCall(
-        kind=kind,
-        prompt=prompt,
-        prompt_text=c.prompt_text,
-        completion=c.text,
-        prompt_ids=c.prompt_ids,
-        completion_ids=c.completion_ids,
-        finish_reason=c.finish_reason,
-        prompt_tokens=c.prompt_tokens,
-        completion_tokens=c.completion_tokens,
-        seed=seed,
-        params=params,
-        logprob=c.logprob,
-    )

@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from whale_train.files import atomic_write_text
+from whale_train.llm.base import Completion
 
 
 @dataclass
@@ -29,6 +30,16 @@ class LLMCall:
     seed: int | None = None
     params: dict[str, Any] | None = None
     logprob: float | None = None
+
+    @classmethod
+    def of(
+        cls, kind: str, prompt: Any, completion: Completion, seed: int | None, params: dict[str, Any]
+    ) -> LLMCall:
+        """The record of a generated (or chosen) ``completion``: the fields it shares with
+        ``Completion`` (prompt text and ids, tokens, finish reason, logprob) copied from it."""
+        ours = {f.name for f in fields(cls)}
+        shared = {f.name: getattr(completion, f.name) for f in fields(completion) if f.name in ours}
+        return cls(kind=kind, prompt=prompt, completion=completion.text, seed=seed, params=params, **shared)
 
 
 @dataclass
