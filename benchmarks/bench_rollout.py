@@ -83,7 +83,8 @@ def _threaded_main():
     def run(ch):
         error = None
         try:
-            cls().run(w._EnvProxy(ch), w._LLMProxy(ch, bool(first.get("has_chat_template"))))
+            import harnesses.base as b
+            cls().run(b.EnvProxy(ch.call), b.LLMProxy(ch.call, bool(first.get("has_chat_template"))))
         except BaseException:
             error = _traceback.format_exc()[-4000:]
         ch.send({"op": "done", "error": error})
