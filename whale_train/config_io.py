@@ -273,17 +273,21 @@ class Config:
 
     @classmethod
     def load(
-        cls: type[T], path: str | Path | None = None, sets: Iterable[str] = (), *, section: str | None = None
+        cls: type[T],
+        path: str | Path | None = None,
+        sets: Iterable[str] = (),
+        *,
+        section: str | None = None,
+        flags: Mapping[str, Any] | None = None,
     ) -> T:
         """The file at ``path`` (``base:`` merged; with ``section``, that mapping of it when present),
-        then the ``--set`` items, as a validated config."""
+        then ``flags`` (a command's own options), then the ``--set`` items, as a validated config."""
         data = read_yaml(path) if path else {}
         if section and isinstance(data.get(section), dict):
             data = data[section]
         overrides = parse_sets(sets)
-        return from_dict(
-            cls, merge(data, overrides), source=str(path) if path else None, sets=_dotted(overrides)
-        )
+        data = merge(merge(data, flags or {}), overrides)
+        return from_dict(cls, data, source=str(path) if path else None, sets=_dotted(overrides))
 
     @classmethod
     def from_yaml(cls: type[T], path: str | Path) -> T:
