@@ -18,6 +18,7 @@ import yaml
 from transformers import AutoTokenizer
 
 from harnesses.loader import load_harness
+from tests.crash import crash_env
 from whale_train.cli import main
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.llm.base import Request, SamplingParams
@@ -154,8 +155,7 @@ def run_config(model: str, lora: bool) -> dict:
 def train(config: Path, out: Path, crash: str | None = None, resume: bool = False) -> int:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("WHALE_CRASH_AT", None)
-    if crash:
-        env["WHALE_CRASH_AT"] = crash
+    env.update(crash_env(crash) if crash else {})
     cmd = [sys.executable, "-m", "whale_train.cli", "train", str(config), "--out", str(out), "--no-report"]
     return subprocess.run(
         cmd + (["--resume"] if resume else []), env=env, capture_output=True, text=True
