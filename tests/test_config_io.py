@@ -6,7 +6,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from whale_train.config_io import Config, ConfigError, describe, merge, option, parse_sets, read_yaml
+from whale_train.config_io import (
+    Config,
+    ConfigError,
+    at_least,
+    describe,
+    merge,
+    option,
+    parse_sets,
+    read_yaml,
+)
 
 
 @dataclass
@@ -90,3 +99,9 @@ def test_describe_lists_every_field_with_its_help():
     lines = describe(Outer)
     assert "inner.rate (float, 0.0001): a learning rate" in lines
     assert len(lines) == 7
+
+
+def test_at_least_names_the_first_field_below_the_minimum():
+    at_least(Inner(steps=1), 1, "steps")
+    with pytest.raises(ValueError, match=r"^Inner\.steps must be >= 1, got 0$"):
+        at_least(Inner(steps=0), 1, "steps")

@@ -40,6 +40,7 @@ import yaml
 __all__ = [
     "Config",
     "ConfigError",
+    "at_least",
     "describe",
     "from_dict",
     "merge",
@@ -295,6 +296,14 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def at_least(config: Any, minimum: float, *names: str) -> None:
+    """For ``validate()``: ValueError naming the first of the fields ``names`` that is below ``minimum``."""
+    for name in names:
+        value = getattr(config, name)
+        if value < minimum:
+            raise ValueError(f"{type(config).__name__}.{name} must be >= {minimum}, got {value}")
 
 
 def describe(cls: type, prefix: str = "") -> list[str]:

@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 
 from harnesses.loader import HarnessRef
-from whale_train.config_io import Config, option
+from whale_train.config_io import Config, at_least, option
 from whale_train.distributed import per_device_batch, training_rows, world
 from whale_train.rollout import LLMCall, RolloutConfig, Trajectory, run_rollouts, summarize
 
@@ -76,9 +76,7 @@ class RSFTConfig(Config):
     seed: int = option(0, "task-stream order, sampling and training seed")
 
     def validate(self) -> None:
-        for name in ("batch_tasks", "samples", "epochs", "train_batch_size", "max_length", "concurrency"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"RSFTConfig.{name} must be >= 1, got {getattr(self, name)}")
+        at_least(self, 1, "batch_tasks", "samples", "epochs", "train_batch_size", "max_length", "concurrency")
         if not 0 < self.learning_rate < 1:
             raise ValueError(f"RSFTConfig.learning_rate must be in (0, 1), got {self.learning_rate}")
 

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from whale_train.config_io import Config, option
+from whale_train.config_io import Config, at_least, option
 
 PROPOSERS = ("offline", "llm")
 
@@ -73,7 +73,9 @@ class MetaHarnessConfig(Config):
     llm_price_completion: float = option(0.0, "USD per million completion tokens")
 
     def validate(self) -> None:
-        for name in (
+        at_least(
+            self,
+            1,
             "candidates",
             "harness_tasks",
             "rollouts_per_task",
@@ -83,9 +85,7 @@ class MetaHarnessConfig(Config):
             "max_llm_calls",
             "max_tokens",
             "llm_max_turns",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"MetaHarnessConfig.{name} must be >= 1, got {getattr(self, name)}")
+        )
         if self.candidates > 10:
             raise ValueError(f"MetaHarnessConfig.candidates must be <= 10, got {self.candidates}")
         if self.proposer not in PROPOSERS:
