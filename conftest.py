@@ -1,4 +1,4 @@
-"""Shared fixtures: a freshly initialized tiny Qwen3 model (real tokenizer and model classes)."""
+"""Shared fixtures: freshly initialized tiny Qwen3 and Qwen3.5 models (real tokenizer and model classes)."""
 
 from __future__ import annotations
 
@@ -25,4 +25,19 @@ def fresh_model_dir(tmp_path_factory) -> str:
     tok = train_tokenizer(texts, vocab_size=1024)
     path = tmp_path_factory.mktemp("fresh-model")
     save(build_model(tok, "tiny", seed=0), tok, path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def hub_qwen3_5(tmp_path_factory) -> str:
+    """A tiny random Qwen3.5 saved as the hub checkpoints are (Qwen3_5ForConditionalGeneration,
+    ``model.language_model.*``), with the shipped model's tokenizer. Read only: copy it to change it."""
+    from transformers import AutoTokenizer
+
+    from whale_train.llm import SHIPPED_MODEL
+    from whale_train.tiny import build_qwen3_5, save
+
+    tok = AutoTokenizer.from_pretrained(SHIPPED_MODEL)
+    path = tmp_path_factory.mktemp("hub-qwen3_5")
+    save(build_qwen3_5(tok, seed=0, hub_layout=True), tok, path)
     return str(path)

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from whale_train import distributed
 from whale_train.llm import default_model
-from whale_train.rsft import Example, RSFTConfig, Trainer
+from whale_train.rsft import Example, RSFTConfig, RSFTUpdater
 
 
 def examples(tokenizer, step: int, n: int) -> list[Example]:
@@ -37,7 +37,7 @@ def main(out: Path, keep_optimizer: bool, n: int, batch: int) -> None:
     config = RSFTConfig(
         learning_rate=1e-3, train_batch_size=batch, keep_optimizer=keep_optimizer, seed=0, bf16=False
     )
-    trainer = Trainer(model, tokenizer, config)
+    trainer = RSFTUpdater(model, tokenizer, config)
     rank, world_size = distributed.world()
     if rank != 0:
         distributed.follow(trainer)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.crash import crash_env
 from whale_train.compare import (
     CompareConfig,
     build_table,
@@ -384,7 +385,7 @@ def test_smoke_grid_matched_budgets_resume_and_no_new_work(tmp_path):
     killed = "math-whale-s0"
 
     def train(config_path: Path, run_dir: Path) -> int:  # SIGKILL one run in the middle of its third unit
-        extra = {"WHALE_CRASH_AT": "unit_done@2"} if run_dir.name == killed else {}
+        extra = crash_env("unit_done@2") if run_dir.name == killed else {}
         return train_one(config_path, run_dir, extra)
 
     first = run_grid(cfg, out, jobs=2, log=lambda _line: None, train=train)

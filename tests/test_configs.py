@@ -12,7 +12,6 @@ import pytest
 
 from tests.test_trainer import MODEL, SMOKE, ledger, units
 from whale_train.domains import get_domain, registered
-from whale_train.meta_harness import MetaHarnessConfig
 from whale_train.schedule import METHODS
 from whale_train.trainer import Run, TrainConfig
 
@@ -38,7 +37,7 @@ def train_configs() -> list[Path]:
 @pytest.mark.parametrize("path", train_configs(), ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_every_config_loads_validates_and_fits_its_splits(path):
     config = TrainConfig.load(path)  # validates
-    search = MetaHarnessConfig.from_dict(config.search)  # the search options too
+    search = config.search  # the search options too (a MetaHarnessConfig, validated with the config)
     if config.model is None:  # the shipped tiny model: a higher rate collapses it
         assert config.rsft.learning_rate <= 2e-4
     sizes = {
@@ -70,7 +69,7 @@ def test_gpu_configs_use_vllm_bf16_and_the_papers_settings():
         assert (config.env, config.model, config.backend, config.method) == (env, model, "vllm", "whale")
         assert config.rsft.bf16 is True and config.rsft.gradient_checkpointing
         assert config.rsft.learning_rate <= 1e-6
-        assert (config.rsft.batch_tasks, config.search["harness_tasks"], config.search["candidates"]) == (
+        assert (config.rsft.batch_tasks, config.search.harness_tasks, config.search.candidates) == (
             256,
             256,
             3,

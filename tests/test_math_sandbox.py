@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from tests.sandbox_script import LOAD_SANDBOX
 from whale_envs.math import MathEnv, MathProblem
 from whale_envs.sandbox import Limits, kill_tree, run_python
 from whale_envs.tasks import ListSource, Task
@@ -248,16 +249,9 @@ def test_kill_tree_ignores_processes_that_are_gone():
 
 # ------------------------------------------------------------------------------------ unprivileged
 
-_UNPRIVILEGED_SCRIPT = """
-import importlib.util, json, os, sys, types
-root = sys.argv[1]
-spec = importlib.util.spec_from_file_location(
-    "whale_envs", os.path.join(root, "whale_envs", "__init__.py"),
-    submodule_search_locations=[os.path.join(root, "whale_envs")])
-pkg = types.ModuleType("whale_envs"); pkg.__path__ = spec.submodule_search_locations; pkg.__spec__ = spec
-sys.modules["whale_envs"] = pkg  # the sandbox module only needs the standard library
-spec = importlib.util.spec_from_file_location("whale_envs.sandbox", os.path.join(root, "whale_envs", "sandbox.py"))
-sb = importlib.util.module_from_spec(spec); sys.modules[spec.name] = sb; spec.loader.exec_module(sb)
+_UNPRIVILEGED_SCRIPT = (
+    LOAD_SANDBOX
+    + """\
 L = sb.Limits(wall_s=4, cpu_s=2, memory_mb=256, max_processes=8, isolation="namespaces")
 codes = {
     "passwd": "open('/etc/passwd')",
@@ -269,6 +263,7 @@ codes = {
 out = {name: (lambda r: [r.isolation, r.exit_code, r.stdout + r.stderr])(sb.run_python(c, L)) for name, c in codes.items()}
 print(json.dumps({"uid": os.getuid(), **out}))
 """
+)
 
 
 @pytest.mark.skipif(

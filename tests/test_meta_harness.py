@@ -15,6 +15,7 @@ import pytest
 import whale_envs  # noqa: F401
 from harnesses.loader import harness_from_source, load_harness
 from harnesses.validate import validate_source
+from whale_train.domains import get_domain
 from whale_train.llm.scripted import ScriptedLLM
 from whale_train.meta_harness import (
     Archive,
@@ -28,7 +29,7 @@ from whale_train.meta_harness import (
 from whale_train.meta_harness.archive import STAGING_DIR
 from whale_train.meta_harness.library import key, libraries
 from whale_train.meta_harness.lineage import lineage_report
-from whale_train.meta_harness.prompt_only import PROMPT_EDITS, prompt_only_violation
+from whale_train.meta_harness.prompt_only import prompt_only_violation
 from whale_train.meta_harness.tools import ArchiveTools, ToolError
 from whale_train.rollout import RolloutConfig, run_rollouts
 
@@ -77,7 +78,7 @@ def test_config_yaml_section_and_unknown_keys(tmp_path):
     path.write_text("search:\n  candidates: 2\n  harness_tasks: 32\n  prompt_only: true\n")
     config = MetaHarnessConfig.from_yaml(path)
     assert (config.candidates, config.harness_tasks, config.prompt_only) == (2, 32, True)
-    with pytest.raises(ValueError, match="unknown search option"):
+    with pytest.raises(ValueError, match="^candidate: unknown field; did you mean candidates"):
         MetaHarnessConfig.from_dict({"candidate": 3})
     with pytest.raises(ValueError, match="needs llm_base_url"):
         MetaHarnessConfig.from_dict({"proposer": "llm"})
@@ -490,7 +491,7 @@ def test_prompt_only_violation_masks_strings_and_fstring_text_only():
     assert prompt_only_violation(seed, 'def f(x):\n    """Doc."""\n    return f"a {x} b" + "c" + x\n')
     for domain, harness in (("chess", "chess_puzzles/h0"), ("math", "math/h0"), ("search", "search_qa/h0")):
         source = load_harness(harness).source
-        for edit in PROMPT_EDITS[domain]:
+        for edit in get_domain(domain).load_prompt_edits():
             assert edit.applies(source), (domain, edit.key)
             edited = edit.apply(source)
             assert edited != source and prompt_only_violation(source, edited) is None, (domain, edit.key)

@@ -15,26 +15,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from transformers import AutoTokenizer
 
 from harnesses.loader import load_harness
+from tests.crash import crash_env
 from whale_train.cli import main
-from whale_train.llm import SHIPPED_MODEL
 from whale_train.llm.base import Request, SamplingParams
 from whale_train.llm.hf import TransformersLLM
 from whale_train.llm.scripted import ScriptedLLM
 from whale_train.rollout import RolloutConfig, run_rollouts
-from whale_train.tiny import build_qwen3_5, save
 from whale_train.trainer import TrainConfig
-
-
-@pytest.fixture(scope="module")
-def qwen3_5(tmp_path_factory) -> str:
-    """A tiny random Qwen3.5 in the hub layout (Qwen3_5ForConditionalGeneration, model.language_model.*)."""
-    tok = AutoTokenizer.from_pretrained(SHIPPED_MODEL)
-    path = tmp_path_factory.mktemp("qwen3_5")
-    save(build_qwen3_5(tok, seed=0, hub_layout=True), tok, path)
-    return str(path)
 
 
 def requests() -> list[Request]:
@@ -52,8 +41,8 @@ def requests() -> list[Request]:
     ]
 
 
-def test_qwen3_5_samples_per_row_whatever_the_batch_and_scores(qwen3_5):
-    llm = TransformersLLM(qwen3_5)
+def test_qwen3_5_samples_per_row_whatever_the_batch_and_scores(hub_qwen3_5):
+    llm = TransformersLLM(hub_qwen3_5)
     assert type(llm.model).__name__ == "Qwen3_5ForCausalLM" and llm.compactable
     together = llm.complete(requests())
     alone = [llm.complete([r])[0] for r in requests()]
@@ -67,9 +56,9 @@ def test_qwen3_5_samples_per_row_whatever_the_batch_and_scores(qwen3_5):
     assert all(s.logprob < 0 for s in scores) and scores[1].logprob < scores[0].logprob
 
 
-def test_whale_eval_runs_the_qwen3_5_model(qwen3_5, tmp_path, capsys):
+def test_whale_eval_runs_the_qwen3_5_model(hub_qwen3_5, tmp_path, capsys):
     out = tmp_path / "eval"
-    args = ["eval", "--env", "whale/Math-v0", "--harness", "math/h0", "--model", qwen3_5, "--limit", "3"]
+    args = ["eval", "--env", "whale/Math-v0", "--harness", "math/h0", "--model", hub_qwen3_5, "--limit", "3"]
     code = main([*args, "--k", "2", "--trusted", "--out", str(out), "--tasks", "generated?difficulty=1"])
     assert code == 0, capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
@@ -154,8 +143,7 @@ def run_config(model: str, lora: bool) -> dict:
 def train(config: Path, out: Path, crash: str | None = None, resume: bool = False) -> int:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("WHALE_CRASH_AT", None)
-    if crash:
-        env["WHALE_CRASH_AT"] = crash
+    env.update(crash_env(crash) if crash else {})
     cmd = [sys.executable, "-m", "whale_train.cli", "train", str(config), "--out", str(out), "--no-report"]
     return subprocess.run(
         cmd + (["--resume"] if resume else []), env=env, capture_output=True, text=True
@@ -177,9 +165,9 @@ def evaluations(run: Path) -> list:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_qwen3_5_rsft_killed_with_sigkill_resumes_to_identical_evaluations(qwen3_5, tmp_path, lora):
+def test_qwen3_5_rsft_killed_with_sigkill_resumes_to_identical_evaluations(hub_qwen3_5, tmp_path, lora):
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(run_config(qwen3_5, lora)))
+    config.write_text(yaml.safe_dump(run_config(hub_qwen3_5, lora)))
     assert train(config, tmp_path / "straight") == 0
     straight = evaluations(tmp_path / "straight")
     assert [v for v, _, _ in straight] == [0, 1, 2]  # every step trained (and was evaluated)
@@ -198,11 +186,11 @@ def test_qwen3_5_rsft_killed_with_sigkill_resumes_to_identical_evaluations(qwen3
         assert type(AutoModelForCausalLM.from_pretrained(last)).__name__ == "Qwen3_5ForCausalLM"
 
 
-def test_resume_restores_weights_in_place_through_from_pretrained(qwen3_5, tmp_path):
+def test_resume_restores_weights_in_place_through_from_pretrained(hub_qwen3_5, tmp_path):
     from whale_train.rsft import RSFT, Example, RSFTConfig
 
     def make():
-        llm = TransformersLLM(qwen3_5)
+        llm = TransformersLLM(hub_qwen3_5)
         cfg = RSFTConfig(batch_tasks=1, samples=1, save_checkpoints=False, learning_rate=1e-3)
         return RSFT(cfg, llm, load_harness("math/h0"), "whale/Math-v0", {"tasks": "generated?difficulty=1"})
 

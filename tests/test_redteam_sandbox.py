@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.sandbox_script import LOAD_SANDBOX
 from whale_envs import sandbox
 from whale_envs.sandbox import IsolationUnavailable, Limits, run_python, spawn_python
 
@@ -22,16 +23,9 @@ JAILED = Limits(wall_s=5, cpu_s=3, memory_mb=256, isolation="namespaces")
 
 # Runs under the interpreter of a layout built in the temp directory: loads the sandbox module by path
 # (it needs the standard library only) and reports what jailed code can and cannot do.
-_LAYOUT_SCRIPT = r"""
-import importlib.util, json, os, sys, types
-root = sys.argv[1]
-spec = importlib.util.spec_from_file_location(
-    "whale_envs", os.path.join(root, "whale_envs", "__init__.py"),
-    submodule_search_locations=[os.path.join(root, "whale_envs")])
-pkg = types.ModuleType("whale_envs"); pkg.__path__ = spec.submodule_search_locations; pkg.__spec__ = spec
-sys.modules["whale_envs"] = pkg  # the sandbox module only needs the standard library
-spec = importlib.util.spec_from_file_location("whale_envs.sandbox", os.path.join(root, "whale_envs", "sandbox.py"))
-sb = importlib.util.module_from_spec(spec); sys.modules[spec.name] = sb; spec.loader.exec_module(sb)
+_LAYOUT_SCRIPT = (
+    LOAD_SANDBOX
+    + r"""
 code = '''
 import os, sys
 import layout_marker
@@ -52,6 +46,7 @@ r = sb.run_python(code, sb.Limits(wall_s=10, cpu_s=5, isolation="namespaces"))
 print(json.dumps({"problem": sb.isolation_problem(), "isolation": r.isolation, "stdout": r.stdout,
                   "stderr": r.stderr, "error": r.error, "python": sys.executable, "site": sb._site_dirs()}))
 """
+)
 
 
 def test_isolation_works_with_the_interpreter_and_packages_under_the_temp_directory(tmp_path):

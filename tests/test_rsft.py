@@ -135,7 +135,7 @@ def test_config_from_yaml_and_errors(tmp_path):
     config = RSFTConfig.from_yaml(path)
     assert (config.batch_tasks, config.learning_rate, config.lora) == (32, 5e-5, True)
     assert RSFTConfig.from_dict(config.to_dict()) == config
-    with pytest.raises(ValueError, match="unknown RSFT option"):
+    with pytest.raises(ValueError, match="^batch: unknown field; did you mean batch_tasks"):
         RSFTConfig.from_dict({"batch": 3})
     with pytest.raises(ValueError, match="learning_rate"):
         RSFTConfig.from_dict({"learning_rate": 2.0})

@@ -146,7 +146,7 @@ def test_a_one_group_adamw_state_of_an_older_checkpoint_carries_on():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from whale_train.llm import default_model
-    from whale_train.rsft import RSFTConfig, Trainer
+    from whale_train.rsft import RSFTConfig, RSFTUpdater
 
     tokenizer = AutoTokenizer.from_pretrained(default_model())
     model = AutoModelForCausalLM.from_pretrained(default_model(), dtype=torch.float32)
@@ -157,7 +157,7 @@ def test_a_one_group_adamw_state_of_an_older_checkpoint_carries_on():
     old.step()
     old.step()  # two steps of the old optimizer
     model.zero_grad(set_to_none=True)
-    trainer = Trainer(model, tokenizer, RSFTConfig(learning_rate=1e-4, train_batch_size=8, bf16=False))
+    trainer = RSFTUpdater(model, tokenizer, RSFTConfig(learning_rate=1e-4, train_batch_size=8, bf16=False))
     trainer.optimizer_state = old.state_dict()
     trainer.train(examples(tokenizer, 0, 8))  # one optimizer step
     steps = {int(s["step"]) for s in trainer.optimizer_state["state"].values()}

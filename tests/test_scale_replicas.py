@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 
+from tests.http_fake import send_json
 from whale_train.llm.base import Request, SamplingParams
 from whale_train.llm.replicas import ReplicatedLLM, SyncedReplicas, WeightSync, server_root
 
@@ -34,12 +35,7 @@ class FakeVLLM:
                 pass
 
             def _reply(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, body)
 
             def do_GET(self):
                 if self.path.startswith("/get_world_size"):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.crash import crash_env
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.report import write_report
 from whale_train.trainer import Run, TrainConfig
@@ -123,9 +124,7 @@ def test_a_run_killed_at_random_points_resumes_to_the_same_ledger_and_archive(tm
     config.write_text(yaml.safe_dump({"model": MODEL, "method": "whale", **SMOKE, "budget_rollouts": 80}))
 
     def train(out: Path, crash: str | None = None, resume: bool = False) -> int:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        if crash:
-            env["WHALE_CRASH_AT"] = crash
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", **(crash_env(crash) if crash else {})}
         cmd = [
             sys.executable,
             "-m",
@@ -197,12 +196,18 @@ def test_config_overrides_and_errors(tmp_path):
         4,
         3,
     )
-    with pytest.raises(ValueError, match="unknown config key"):
+    with pytest.raises(ValueError, match="^--set lr: unknown field; known: "):
         TrainConfig.load(None, ["lr=3"])
-    with pytest.raises(ValueError, match="unknown rsft key"):
+    with pytest.raises(ValueError, match=r"^--set rsft\.lr: unknown field; did you mean rsft\.lora\?$"):
         TrainConfig.load(None, ["rsft.lr=3"])
     with pytest.raises(ValueError, match="unknown method"):
         TrainConfig.load(None, ["method=magic"])
+    path.write_text("search:\n  candidate: 2\n")  # the search section is a MetaHarnessConfig
+    with pytest.raises(
+        ValueError, match=rf"^{path}: search\.candidate: unknown field; did you mean search\.candidates\?$"
+    ):
+        TrainConfig.load(path)
+    assert TrainConfig.load(None, ["search.candidates=2"]).search.candidates == 2
 
 
 def test_an_existing_run_needs_resume_and_the_same_config(tmp_path):

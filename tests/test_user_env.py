@@ -8,6 +8,7 @@ import copy
 import itertools
 import json
 import re
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -223,3 +224,13 @@ def test_vote_and_env_error_do_what_they_say_in_the_sandboxed_worker():
     retried = run({"retry": "env_error"}, empty_first)
     assert [t.reward for t in retried] == [1.0, 1.0]
     assert all("could not be read as an action" in t.calls[1].prompt_text for t in retried)
+
+
+def test_whale_envs_lists_the_domains_a_users_module_registers(scratch_registry, monkeypatch, capsys):
+    monkeypatch.delitem(sys.modules, "user_env.domain", raising=False)  # its import registers it again
+    assert main(["envs", "--import", "user_env.domain"]) == 0
+    out = capsys.readouterr().out
+    assert "Registered domains" in out and "reverse" in out and "Reverse-v0" in out
+    assert {"chess", "math", "search"} <= {d.name for d in registry.registered()}
+    assert main(["envs", "--import", "no_such_user_module"]) == 2
+    assert "--import no_such_user_module: cannot import it" in capsys.readouterr().err

@@ -20,15 +20,6 @@ from whale_train.tiny import build_qwen3_5, save
 PROMPTS = ["What is 2+3? Answer:", "The capital of France is"]
 
 
-@pytest.fixture(scope="module")
-def hub_qwen3_5(tmp_path_factory) -> str:
-    """A tiny random Qwen3.5 saved as the hub checkpoints are: Qwen3_5ForConditionalGeneration."""
-    tok = AutoTokenizer.from_pretrained(SHIPPED_MODEL)
-    path = tmp_path_factory.mktemp("hub-qwen3_5")
-    save(build_qwen3_5(tok, seed=0, hub_layout=True), tok, path)
-    return str(path)
-
-
 @pytest.fixture
 def vllm(monkeypatch):
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

@@ -1,6 +1,6 @@
 """The ``whale`` command line.
 
-    whale envs                      the registered environments and their task sources
+    whale envs [--import MODULE]    the registered environments, their task sources and domains
     whale tasks --env ID            the tasks of a source and split (ids, difficulty), for tracing results
     whale eval --env ID --harness H evaluate a harness with a model: mean@k, pass@k, traces
     whale check --env ID --harness H check_harness: does the harness work, and does it need the model?
@@ -57,6 +57,7 @@ from whale_train.errors import CLIError
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
+    _import_modules(args.imports)
     table = Table(title="WHALE environments")
     table.add_column("env id", no_wrap=True)  # ids are never cut
     table.add_column("task source kind", no_wrap=True)
@@ -70,7 +71,37 @@ def cmd_envs(args: argparse.Namespace) -> int:
                 sizes = [str(len(split_ids(env.source, s))) for s in SPLITS]
             table.add_row(env_id, kind.usage, kind.doc, *sizes)
     console.print(table)
+    console.print(domains_table())
     return 0
+
+
+def domains_table() -> Table:
+    """The registered domains (the built-in ones, then any a user's module registered): what trains and
+    searches on each."""
+    from whale_train.domains import registered
+
+    table = Table(title="Registered domains (whale train / whale search; a user's env: module:EnvId)")
+    for col in ("domain", "env id", "base harness", "offline mechanisms", "prompt edits", "pretraining"):
+        table.add_column(col, no_wrap=col in ("domain", "env id"))
+    for d in registered():
+        table.add_row(
+            d.name,
+            d.env_id,
+            d.base_harness or "(config names its h0)",
+            "own library" if d.library else "generic",
+            str(len(d.load_prompt_edits())),
+            "yes" if d.pretrain_formats else "no",
+        )
+    return table
+
+
+def _import_modules(modules: Sequence[str]) -> None:
+    """``--import``: a user's modules (their ``gym.register`` and ``register_domain`` calls run)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise CLIError(f"--import {module}: cannot import it ({exc})") from None
 
 
 # ------------------------------------------------------------------------------------------ tasks
@@ -271,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("envs", help="list the registered environments and their task sources")
     p.add_argument("--sizes", action="store_true", help="also load each bundled source and count its splits")
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a module first (one that registers a user's env and domain), to list its domain too",
+    )
     p.set_defaults(func=cmd_envs)
 
     p = sub.add_parser("tasks", help="list the tasks of a source and split")

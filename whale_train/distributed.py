@@ -101,7 +101,7 @@ def training_rows(examples: list[Any], config: Any, tokenizer: Any) -> tuple[lis
 
 
 class DistributedTrainer:
-    """Rank 0's side: the ``rsft.Trainer`` interface, each call done by every rank."""
+    """Rank 0's side: the ``rsft.RSFTUpdater`` interface, each call done by every rank."""
 
     def __init__(self, trainer: Any):
         self.inner = trainer

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import random
 import tempfile
 import time
@@ -24,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import yaml
 
 from harnesses.loader import HarnessRef
+from whale_train.config_io import Config, at_least, option
 from whale_train.distributed import per_device_batch, training_rows, world
 from whale_train.rollout import LLMCall, RolloutConfig, Trajectory, run_rollouts, summarize
 
@@ -34,81 +33,52 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class RSFTConfig:
-    """Options of the weight operator.
+class RSFTConfig(Config):
+    """Options of the weight operator (``rsft:`` of a train config)."""
 
-    Attributes:
-        batch_tasks: tasks per step (B).
-        samples: rollouts per task (k).
-        reward_threshold: a trajectory is accepted when its reward is at least this (1.0 = solved).
-        per_task_cap: at most this many accepted trajectories per task (None = all).
-        dedup: drop repeated (prompt, completion) examples within a step.
-        require_stop: keep only completions that ended by themselves (end-of-sequence or a stop
-            string), not cut at ``max_tokens``.
-        learning_rate: AdamW learning rate (CALIBRATION: ~1e-4 on the tiny model; >2e-4 collapses).
-        epochs: passes over a step's examples.
-        train_batch_size: examples per optimizer step.
-        max_grad_norm: gradient clipping.
-        weight_decay: AdamW weight decay.
-        keep_optimizer: keep one AdamW state across steps (as in the calibration runs).
-        lora: train LoRA adapters (PEFT) instead of all weights; ``lora_r`` / ``lora_alpha`` / ``lora_dropout``.
-        lora_target_modules: the modules LoRA adapts (PEFT's ``target_modules``); default: PEFT's choice for
-            the architecture where it has one (Qwen3: q_proj, v_proj), else ``"all-linear"`` (Qwen3.5).
-        bf16: bf16 autocast for training (on by default on CUDA, off on CPU).
-        gradient_checkpointing: trade compute for memory (off: the tiny model does not need it).
-        max_length: longest training sequence (longer examples are dropped, not cut).
-        concurrency: episodes in flight while sampling.
-        save_checkpoints: save every model version with ``save_pretrained``.
-        seed: task-stream order, sampling and training seed.
-    """
-
-    batch_tasks: int = 64
-    samples: int = 8
-    reward_threshold: float = 1.0
-    per_task_cap: int | None = None
-    dedup: bool = True
-    require_stop: bool = True
-    learning_rate: float = 1e-4
-    epochs: int = 1
-    train_batch_size: int = 16
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
-    keep_optimizer: bool = True
-    lora: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_target_modules: list[str] | str | None = None
-    bf16: bool | None = None
-    gradient_checkpointing: bool = False
-    max_length: int = 2048
-    concurrency: int = 128
-    save_checkpoints: bool = True
-    seed: int = 0
+    batch_tasks: int = option(64, "tasks per step (B)")
+    samples: int = option(8, "rollouts per task (k)")
+    reward_threshold: float = option(
+        1.0, "a trajectory is accepted when its reward is at least this (1.0 = solved)"
+    )
+    per_task_cap: int | None = option(None, "at most this many accepted trajectories per task (None = all)")
+    dedup: bool = option(True, "drop repeated (prompt, completion) examples within a step")
+    require_stop: bool = option(
+        True,
+        "keep only completions that ended by themselves (end-of-sequence or a stop string), not cut at max_tokens",
+    )
+    learning_rate: float = option(
+        1e-4, "AdamW learning rate (CALIBRATION: ~1e-4 on the tiny model; >2e-4 collapses)"
+    )
+    epochs: int = option(1, "passes over a step's examples")
+    train_batch_size: int = option(16, "examples per optimizer step")
+    max_grad_norm: float = option(1.0, "gradient clipping")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    keep_optimizer: bool = option(True, "keep one AdamW state across steps (as in the calibration runs)")
+    lora: bool = option(
+        False, "train LoRA adapters (PEFT) instead of all weights; lora_r / lora_alpha / lora_dropout"
+    )
+    lora_r: int = option(16, "LoRA rank")
+    lora_alpha: int = option(32, "LoRA alpha")
+    lora_dropout: float = option(0.0, "LoRA dropout")
+    lora_target_modules: list[str] | str | None = option(
+        None,
+        "the modules LoRA adapts (PEFT's target_modules); default: PEFT's choice for the architecture where it "
+        'has one (Qwen3: q_proj, v_proj), else "all-linear" (Qwen3.5)',
+    )
+    bf16: bool | None = option(None, "bf16 autocast for training (default: on on CUDA, off on CPU)")
+    gradient_checkpointing: bool = option(
+        False, "trade compute for memory (off: the tiny model does not need it)"
+    )
+    max_length: int = option(2048, "longest training sequence (longer examples are dropped, not cut)")
+    concurrency: int = option(128, "episodes in flight while sampling")
+    save_checkpoints: bool = option(True, "save every model version with save_pretrained")
+    seed: int = option(0, "task-stream order, sampling and training seed")
 
     def validate(self) -> None:
-        for name in ("batch_tasks", "samples", "epochs", "train_batch_size", "max_length", "concurrency"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"RSFTConfig.{name} must be >= 1, got {getattr(self, name)}")
+        at_least(self, 1, "batch_tasks", "samples", "epochs", "train_batch_size", "max_length", "concurrency")
         if not 0 < self.learning_rate < 1:
             raise ValueError(f"RSFTConfig.learning_rate must be in (0, 1), got {self.learning_rate}")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RSFTConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"unknown RSFT option(s) {unknown}; known: {sorted(names)}")
-        config = cls(**data)
-        config.validate()
-        return config
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> RSFTConfig:
-        return cls.from_dict(yaml.safe_load(Path(path).read_text()) or {})
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -294,8 +264,9 @@ class StepReport:
         return dataclasses.asdict(self)
 
 
-class Trainer:
-    """Fine-tunes a transformers model in place on examples, with TRL's ``SFTTrainer``."""
+class RSFTUpdater:
+    """The weight update of an RSFT step: fine-tunes a transformers model in place on examples, with TRL's
+    ``SFTTrainer`` (``RSFT`` is the whole operator: sampling, filtering, this update, versions)."""
 
     def __init__(self, model: Any, tokenizer: Any, config: RSFTConfig):
         import torch
@@ -482,7 +453,7 @@ class RSFT:
         self.stream = TaskStream(env.task_ids, seed=config.seed, position=stream_position)
         model = train_model if train_model is not None else llm.model
         self.tokenizer = getattr(llm, "tokenizer", None)
-        self.trainer = Trainer(model, self.tokenizer, config)
+        self.trainer = RSFTUpdater(model, self.tokenizer, config)
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.steps_done = 0
 
@@ -641,10 +612,3 @@ def _end_id(tokenizer: Any, chat: bool) -> int | None:
         if isinstance(im_end, int) and im_end >= 0 and im_end != getattr(tokenizer, "unk_token_id", None):
             return im_end
     return tokenizer.eos_token_id
-
-
-def mean_se(values: list[float]) -> tuple[float, float]:
-    n = len(values)
-    mean = sum(values) / n
-    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
-    return mean, math.sqrt(var / n)

@@ -27,11 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from whale_train.config_io import Config, option
+
 METHODS = ("whale", "adaptive", "weight-only", "harness-only", "stagewise", "fst")
 
 
 @dataclass
-class Decision:
+class ScheduleDecision:
+    """What the schedule says the next unit is, and why (logged at a phase switch)."""
+
     action: str  # "weight" | "harness" | "stop"
     reason: str
 
@@ -61,33 +65,28 @@ class RunState:
 
 
 class Schedule(Protocol):
-    def decide(self, state: RunState) -> Decision: ...
+    def decide(self, state: RunState) -> ScheduleDecision: ...
 
 
 @dataclass
-class ScheduleConfig:
-    """Phase lengths and adaptive thresholds (paper defaults).
+class ScheduleConfig(Config):
+    """Phase lengths and adaptive thresholds (paper defaults; ``schedule:`` of a train config)."""
 
-    Attributes:
-        weight_epochs: E, the length of a weight phase in epochs of the ``train`` split.
-        harness_iterations: I, harness iterations per phase, the re-scoring of the incoming harness included.
-        min_weight_epochs, window, patience: the adaptive weight-phase rule.
-        min_iterations, iteration_patience, max_iterations: the adaptive harness-phase rule.
-        stagewise_weight_share: the share of the budget stagewise spends on weights before searching.
-        fst_weight_epochs, fst_iterations: FST's short phases.
-    """
-
-    weight_epochs: float = 0.6
-    harness_iterations: int = 6
-    min_weight_epochs: float = 0.2
-    window: int = 3
-    patience: int = 2
-    min_iterations: int = 5
-    iteration_patience: int = 2
-    max_iterations: int = 15
-    stagewise_weight_share: float = 0.5
-    fst_weight_epochs: float = 0.1
-    fst_iterations: int = 2
+    weight_epochs: float = option(0.6, "E, the length of a weight phase in epochs of the train split")
+    harness_iterations: int = option(
+        6, "I, harness iterations per phase, the re-scoring of the incoming harness included"
+    )
+    min_weight_epochs: float = option(0.2, "adaptive: the shortest weight phase, in epochs")
+    window: int = option(3, "adaptive: the sliding window of steps whose train rewards are averaged")
+    patience: int = option(2, "adaptive: steps without a higher window average before a weight phase ends")
+    min_iterations: int = option(5, "adaptive: the fewest harness iterations of a phase")
+    iteration_patience: int = option(2, "adaptive: iterations without a new best before a harness phase ends")
+    max_iterations: int = option(15, "adaptive: the most harness iterations of a phase")
+    stagewise_weight_share: float = option(
+        0.5, "the share of the budget stagewise spends on weights before searching"
+    )
+    fst_weight_epochs: float = option(0.1, "FST's short weight phases, in epochs")
+    fst_iterations: int = option(2, "FST's short harness phases, in iterations")
 
     def validate(self) -> None:
         if self.weight_epochs <= 0 or self.harness_iterations < 1:
@@ -103,25 +102,25 @@ def _affordable(state: RunState, action: str) -> bool:
     return state.rollouts + cost <= state.budget
 
 
-def _budget_stop(state: RunState, action: str) -> Decision:
-    return Decision(
+def _budget_stop(state: RunState, action: str) -> ScheduleDecision:
+    return ScheduleDecision(
         "stop",
         f"budget: {state.rollouts} of {state.budget} rollouts spent, the next {action} unit would overspend",
     )
 
 
 class WeightOnly:
-    def decide(self, state: RunState) -> Decision:
+    def decide(self, state: RunState) -> ScheduleDecision:
         if not _affordable(state, "weight"):
             return _budget_stop(state, "weight")
-        return Decision("weight", "weight-only: always train the weights")
+        return ScheduleDecision("weight", "weight-only: always train the weights")
 
 
 class HarnessOnly:
-    def decide(self, state: RunState) -> Decision:
+    def decide(self, state: RunState) -> ScheduleDecision:
         if not _affordable(state, "harness"):
             return _budget_stop(state, "harness")
-        return Decision("harness", "harness-only: always search harnesses")
+        return ScheduleDecision("harness", "harness-only: always search harnesses")
 
 
 class Fixed:
@@ -134,7 +133,7 @@ class Fixed:
     def weight_steps(self, state: RunState) -> int:
         return max(1, round(self.weight_epochs * state.steps_per_epoch))
 
-    def decide(self, state: RunState) -> Decision:
+    def decide(self, state: RunState) -> ScheduleDecision:
         if state.phase in ("", "harness"):
             if state.phase == "harness" and state.phase_units < self.harness_iterations:
                 action, reason = (
@@ -162,7 +161,7 @@ class Fixed:
             )
         if not _affordable(state, action):
             return _budget_stop(state, action)
-        return Decision(action, reason)
+        return ScheduleDecision(action, reason)
 
 
 class Adaptive:
@@ -212,7 +211,7 @@ class Adaptive:
             f"harness phase: iteration {n + 1}, a new best within the last {self.c.iteration_patience}",
         )
 
-    def decide(self, state: RunState) -> Decision:
+    def decide(self, state: RunState) -> ScheduleDecision:
         if state.phase == "":
             action, reason = "weight", "start with a weight phase"
         elif state.phase == "weight":
@@ -223,7 +222,7 @@ class Adaptive:
             action, reason = ("weight", why) if done else ("harness", why)
         if not _affordable(state, action):
             return _budget_stop(state, action)
-        return Decision(action, reason)
+        return ScheduleDecision(action, reason)
 
 
 class Stagewise:
@@ -232,15 +231,17 @@ class Stagewise:
     def __init__(self, share: float):
         self.share = share
 
-    def decide(self, state: RunState) -> Decision:
+    def decide(self, state: RunState) -> ScheduleDecision:
         weight_budget = int(self.share * state.budget)
         if state.phase in ("", "weight") and state.weight_rollouts + state.weight_step_cost <= weight_budget:
-            return Decision(
+            return ScheduleDecision(
                 "weight", f"stagewise: weight stage, {state.weight_rollouts} of {weight_budget} rollouts"
             )
         if not _affordable(state, "harness"):
             return _budget_stop(state, "harness")
-        return Decision("harness", f"stagewise: harness stage after {state.weight_rollouts} weight rollouts")
+        return ScheduleDecision(
+            "harness", f"stagewise: harness stage after {state.weight_rollouts} weight rollouts"
+        )
 
 
 def make_schedule(method: str, config: ScheduleConfig) -> Schedule:

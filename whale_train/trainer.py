@@ -30,7 +30,8 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,60 +40,62 @@ import yaml
 from harnesses.loader import HarnessRef, load_harness
 from whale_envs import MATH_ID
 from whale_train import distributed
+from whale_train.config_io import Config, describe, option
 from whale_train.domains import domain_for
+from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
 from whale_train.rsft import RSFT, ModelFailure, RSFTConfig, check_model
-from whale_train.schedule import METHODS, Decision, RunState, ScheduleConfig, make_schedule
+from whale_train.schedule import METHODS, RunState, ScheduleConfig, ScheduleDecision, make_schedule
 from whale_train.tracking import Tracker, event_metrics, parse_report_to
 
 # ------------------------------------------------------------------------------------------ config
 
 
 @dataclass
-class EvalConfig:
-    """Test evaluation (measured, never charged to the ledger).
+class EvalConfig(Config):
+    """Test evaluation (measured, never charged to the ledger)."""
 
-    Attributes:
-        k: samples per task (mean@k).
-        limit: tasks of the split to use (0 = all).
-        split: the held-out split.
-        every: "phase" (after every phase and at the end) or "unit" (after every unit: slow).
-    """
-
-    k: int = 8
-    limit: int = 200
-    split: str = "test"
-    every: str = "phase"
+    k: int = option(8, "samples per task (mean@k)")
+    limit: int = option(200, "tasks of the split to use (0 = all)")
+    split: str = option("test", "the held-out split")
+    every: str = option("phase", "phase (after every phase and at the end) or unit (after every unit: slow)")
 
 
 @dataclass
-class TrainConfig:
-    """A training run. Every field can be set from YAML or with ``--set key=value`` (dotted for nested)."""
+class TrainConfig(Config):
+    """A training run. Every field can be set from YAML or with ``--set key=value`` (dotted for nested);
+    ``whale train --fields`` lists them with their help."""
 
-    name: str = "run"
-    method: str = "whale"
-    env: str = MATH_ID
-    tasks: str | None = None
-    harness: str | None = None  # default: the domain's base harness (a user's env must name its h0 file)
-    model: str | None = None  # default: the shipped tiny model
-    backend: str = "transformers"
-    base_url: str | None = None
-    # keyword arguments of the backend (vllm: engine arguments such as gpu_memory_utilization)
-    backend_options: dict[str, Any] = field(default_factory=dict)
-    # vllm in-process engine: GPUs per copy of the model; copies of it (data parallel) are vllm serve replicas:
-    # backend openai with several base_url ("http://a:8000/v1,http://b:8000/v1") and backend_options.weight_sync
-    # (docs/SCALING.md)
-    tensor_parallel_size: int = 1
-    data_parallel_size: int = 1
-    seed: int = 0
-    budget_rollouts: int = 20_000
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    rsft: RSFTConfig = field(default_factory=RSFTConfig)
-    search: dict[str, Any] = field(default_factory=dict)  # MetaHarnessConfig fields
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    concurrency: int = 128
-    # experiment trackers: none, tensorboard, wandb (offline), trackio (local), or a list (whale_train.tracking)
-    report_to: Any = "tensorboard"
+    name: str = option("run", "the run's name (the default run directory is runs/<name>)")
+    method: str = option("whale", f"one of {', '.join(METHODS)}")
+    env: str = option(MATH_ID, "a registered env id (module:EnvId for a user's env)")
+    tasks: str | None = option(None, "the env's task source spec (default: its generator)")
+    harness: str | None = option(
+        None, "the seed harness (default: the domain's base harness; a user's env must name its h0 file)"
+    )
+    model: str | None = option(None, "model directory or id (default: the shipped tiny model)")
+    backend: str = option("transformers", "transformers, vllm (in-process engine) or openai (servers)")
+    base_url: str | None = option(None, "server URL(s) for backend openai, comma-separated")
+    backend_options: dict[str, Any] = option(
+        factory=dict,
+        help="keyword arguments of the backend (vllm: engine arguments such as gpu_memory_utilization)",
+    )
+    tensor_parallel_size: int = option(1, "vllm in-process engine: GPUs per copy of the model")
+    data_parallel_size: int = option(
+        1,
+        "copies of the model: vllm serve replicas (backend openai with several base_url and "
+        "backend_options.weight_sync, docs/SCALING.md)",
+    )
+    seed: int = option(0, "seeds the task stream, the rollouts, training and (unless search.seed) the search")
+    budget_rollouts: int = option(20_000, "the rollout budget the run spends (harness and weight phases)")
+    schedule: ScheduleConfig = option(factory=ScheduleConfig, help="when to switch phases")
+    rsft: RSFTConfig = option(factory=RSFTConfig, help="the weight operator")
+    search: MetaHarnessConfig = option(factory=MetaHarnessConfig, help="the harness operator")
+    eval: EvalConfig = option(factory=EvalConfig, help="test evaluation")
+    concurrency: int = option(128, "episodes in flight")
+    report_to: Any = option(
+        "tensorboard", "experiment trackers: none, tensorboard, wandb (offline), trackio (local), or a list"
+    )
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -144,71 +147,20 @@ class TrainConfig:
     def harness_iteration_cost(self) -> int:
         """The most rollouts one harness iteration (or re-scoring) can cost, so the budget is never
         overspent: every scored candidate, or the incumbent and the frontier, on the harness tasks."""
-        tasks = int(self.search.get("harness_tasks", 256))
-        per = int(self.search.get("rollouts_per_task", 1))
-        scored = max(int(self.search.get("candidates", 3)), 1 + int(self.search.get("frontier_size", 3)))
-        return tasks * per * scored
+        search = self.search
+        return (
+            search.harness_tasks * search.rollouts_per_task * max(search.candidates, 1 + search.frontier_size)
+        )
 
     @property
     def env_kwargs(self) -> dict[str, Any]:
         return {"tasks": self.tasks} if self.tasks else {}
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        data = dict(data)
-        nested = {"schedule": ScheduleConfig, "rsft": RSFTConfig, "eval": EvalConfig}
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown config key(s) {unknown}; known: {sorted(known)}")
-        for key, sub in nested.items():
-            if key in data and isinstance(data[key], dict):
-                sub_known = {f.name for f in dataclasses.fields(sub)}
-                bad = sorted(set(data[key]) - sub_known)
-                if bad:
-                    raise ValueError(f"unknown {key} key(s) {bad}; known: {sorted(sub_known)}")
-                data[key] = sub(**_coerce(sub, data[key]))
-        config = cls(**_coerce(cls, data))
-        config.validate()
-        return config
-
-    @classmethod
-    def load(cls, path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
-        """Read a YAML config (``base: other.yaml`` merges another file first, relative to this one),
-        then apply ``key=value`` overrides (dotted keys for nested fields)."""
-        data = _read_yaml(find_config(path)) if path else {}
-        for item in overrides:
-            key, eq, value = item.partition("=")
-            if not eq:
-                raise ValueError(f"--set expects key=value, got {item!r}")
-            target = data
-            *parents, leaf = key.strip().split(".")
-            for p in parents:
-                target = target.setdefault(p, {})
-            target[leaf] = yaml.safe_load(value)
-        return cls.from_dict(data)
-
-
-def _coerce(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """Numbers that YAML reads as strings (PyYAML takes ``5e-5`` for a string) become numbers where the
-    field is numeric; anything that still does not parse is left for ``validate()`` to reject."""
-    out = dict(data)
-    for f in dataclasses.fields(cls):
-        value = out.get(f.name)
-        if not isinstance(value, str):
-            continue
-        kind = str(f.type)
-        try:
-            if kind in ("float", "float | None"):
-                out[f.name] = float(value)
-            elif kind in ("int", "int | None"):
-                out[f.name] = int(value)
-        except ValueError:
-            raise ValueError(f"{cls.__name__}.{f.name} must be a number, got {value!r}") from None
-    return out
+    def load(cls, path: str | Path | None = None, sets: Iterable[str] = (), **kwargs: Any) -> TrainConfig:
+        """Read a YAML config (a path or a shipped config's name; ``base: other.yaml`` merges another file
+        first, relative to this one), then apply ``key=value`` overrides (dotted keys for nested fields)."""
+        return super().load(find_config(path) if path else None, sets, **kwargs)
 
 
 #: The configs that ship with the package (``configs/`` of the repository): ``whale train demo`` or
@@ -237,31 +189,6 @@ def find_config(spec: str | Path) -> Path:
     raise FileNotFoundError(f"no config file {spec}; shipped configs: {', '.join(shipped_configs())}")
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise FileNotFoundError(f"no config file {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ValueError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a config is a mapping of fields, got {type(data).__name__}")
-    base = data.pop("base", None)
-    if base is None:
-        return data
-    merged = _read_yaml(path.parent / base)
-    for key, value in data.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
-    return merged
-
-
 # ------------------------------------------------------------------------------------------ harness phase
 
 
@@ -283,12 +210,11 @@ class HarnessPhase(Protocol):
 
 
 def make_harness_phase(config: TrainConfig, run_dir: Path, llm: Any) -> HarnessPhase:
-    from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
+    from whale_train.meta_harness import HarnessSearch
 
-    options = {"seed": config.seed, **config.search}
+    search_config = config.search.seeded(config.seed)
     if config.method == "fst":
-        options["prompt_only"] = True
-    search_config = MetaHarnessConfig.from_dict(options)
+        search_config = dataclasses.replace(search_config, prompt_only=True)
     return HarnessSearch(
         search_config,
         run_dir / "archive",
@@ -442,7 +368,6 @@ class Run:
         if self.rsft is not None and self.rsft.steps_done:
             resume_dir = f"resume-{self.units}"
             self.rsft.save(self.dir / "checkpoints" / resume_dir)
-        crash_point("before_state", self.units)
         state = {
             "units": self.units,
             "ledger_lines": self.ledger_lines,
@@ -592,12 +517,10 @@ class Run:
                 self.log(f"→ {decision.action} phase: {decision.reason}")
                 self.state.start_phase(decision.action)
             start = time.monotonic()
-            crash_point("unit_start", self.units)
             if decision.action == "weight":
                 signals, rollouts = self._weight_unit()
             else:
                 signals, rollouts = self._harness_unit()
-            crash_point("unit_done", self.units)
             stop_if_interrupted()  # a Ctrl-C that a worker or a __del__ swallowed: this unit is not kept
             self.state.rollouts += rollouts
             self.state.phase_units += 1
@@ -619,7 +542,7 @@ class Run:
             self._save_state()
         return self.summary()
 
-    def _end_phase(self, decision: Decision) -> None:
+    def _end_phase(self, decision: ScheduleDecision) -> None:
         if self.state.phase:
             self.evaluate()
 
@@ -729,12 +652,6 @@ def _no_progress(_description: str, _total: int):
     yield lambda: None
 
 
-def crash_point(name: str, unit: int) -> None:
-    """Fault injection for the resume tests: ``WHALE_CRASH_AT=name@unit`` SIGKILLs the process there."""
-    if os.environ.get("WHALE_CRASH_AT") == f"{name}@{unit}":
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -786,6 +703,11 @@ def add_parser(subparsers) -> None:
         help="continue the run in --out (which must exist; an existing folder without a run starts one)",
     )
     p.add_argument("--no-report", action="store_true", help="do not write report.md and plots at the end")
+    p.add_argument(
+        "--fields",
+        action="store_true",
+        help="list every config field (dotted) with its type, default and help",
+    )
     p.set_defaults(func=cmd_train)
 
 
@@ -812,26 +734,26 @@ def _train_config(args) -> TrainConfig:
         path = saved
     try:
         return TrainConfig.load(path, args.overrides)
-    except (ValueError, FileNotFoundError, TypeError) as exc:
-        raise CLIError(f"bad config {path}: {exc}") from None
+    except (ValueError, FileNotFoundError) as exc:  # one line naming the file or --set and the field
+        raise CLIError(str(exc)) from None
 
 
 def follow_run(config: TrainConfig) -> int:
     """``whale train`` on a rank other than 0 under ``accelerate launch``: the training model and
-    ``rsft.Trainer`` exactly as rank 0 builds them, then ``distributed.follow`` until rank 0 stops; a
+    ``rsft.RSFTUpdater`` exactly as rank 0 builds them, then ``distributed.follow`` until rank 0 stops; a
     resume loads the checkpoint as ``RSFT.restore`` does (``from_pretrained``, PEFT's loader for LoRA)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from whale_train.llm import default_model
-    from whale_train.rsft import Trainer, load_checkpoint
+    from whale_train.rsft import RSFTUpdater, load_checkpoint
 
     path = config.model or default_model()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     if torch.cuda.is_available():
         model = model.to(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
     rsft = dataclasses.replace(config.rsft, seed=config.seed, concurrency=config.concurrency)
-    trainer = Trainer(model, AutoTokenizer.from_pretrained(path), rsft)
+    trainer = RSFTUpdater(model, AutoTokenizer.from_pretrained(path), rsft)
 
     def load(checkpoint) -> None:
         load_checkpoint(trainer.model, Path(checkpoint))
@@ -855,6 +777,9 @@ def cmd_train(args) -> int:
         progress_bar,
     )
 
+    if args.fields:
+        console.print("\n".join(describe(TrainConfig)), markup=False, highlight=False)
+        return 0
     config = _train_config(args)
     out = Path(args.out or f"runs/{config.name}")
     if args.resume and not out.exists():

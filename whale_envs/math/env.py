@@ -89,6 +89,7 @@ class MathEnv(TextEnv[MathProblem]):
         tool_limits: :class:`~whale_envs.sandbox.Limits` (or a dict of its fields) for each tool call.
         tool_output_chars: longest tool output shown in an observation.
         verify_timeout_s: time limit of the symbolic part of the verifier.
+        split, task_options, render_mode (``**options``): as for every WHALE env (``TextEnv``).
     """
 
     domain = "math"
@@ -97,14 +98,11 @@ class MathEnv(TextEnv[MathProblem]):
         self,
         tasks: str | TaskSource = "generated",
         *,
-        split: str = "all",
-        task_options: Mapping[str, Any] | None = None,
-        max_turns: int | None = None,
         max_tool_calls: int = 4,
         tool_limits: Limits | Mapping[str, Any] | None = None,
         tool_output_chars: int = 4000,
         verify_timeout_s: float = 5.0,
-        render_mode: str | None = None,
+        **options: Any,
     ):
         if not isinstance(max_tool_calls, int) or max_tool_calls < 0:
             raise ValueError(f"max_tool_calls must be a non-negative integer, got {max_tool_calls!r}")
@@ -123,9 +121,7 @@ class MathEnv(TextEnv[MathProblem]):
         self.tool_limits = limits
         self.tool_output_chars = tool_output_chars
         self.verify_timeout_s = verify_timeout_s
-        super().__init__(
-            tasks, split=split, task_options=task_options, max_turns=max_turns, render_mode=render_mode
-        )
+        super().__init__(tasks, **options)
 
     @property
     def uses_sandbox(self) -> bool:

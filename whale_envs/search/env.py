@@ -88,7 +88,7 @@ class SearchQAEnv(TextEnv[SearchQuestion]):
         max_searches: searches per episode (0 = answer closed-book).
         cache_dir: where BM25 indexes are cached (default ``$WHALE_CACHE_DIR`` or ``~/.cache/whale``).
         judge: an :class:`LLMJudge`, or a mapping of its fields, to accept answers exact match misses.
-        split, task_options, max_turns, render_mode: as for every WHALE env.
+        split, task_options, max_turns, render_mode (``**options``): as for every WHALE env (``TextEnv``).
     """
 
     domain = "search"
@@ -97,15 +97,12 @@ class SearchQAEnv(TextEnv[SearchQuestion]):
         self,
         tasks: str | TaskSource = "generated",
         *,
-        split: str = "all",
-        task_options: Mapping[str, Any] | None = None,
-        max_turns: int | None = None,
-        render_mode: str | None = None,
         top_k: int = 3,
         passage_chars: int = 500,
         max_searches: int = 4,
         cache_dir: str | os.PathLike | None = None,
         judge: LLMJudge | Mapping[str, Any] | None = None,
+        **options: Any,
     ):
         for name, value, lo, hi in (
             ("top_k", top_k, 1, 50),
@@ -118,9 +115,7 @@ class SearchQAEnv(TextEnv[SearchQuestion]):
             judge = LLMJudge(**judge)
         if judge is not None and not callable(judge):
             raise ValueError(f"judge must be an LLMJudge or a mapping of its fields, got {judge!r}")
-        super().__init__(
-            tasks, split=split, task_options=task_options, max_turns=max_turns, render_mode=render_mode
-        )
+        super().__init__(tasks, **options)
         self.top_k = top_k
         self.passage_chars = passage_chars
         self.max_searches = max_searches

@@ -223,9 +223,21 @@ class _Lookup:
         raise TaskSourceError(f"{where}: supporting passage {title!r} {problem} corpus {self.corpus.name!r}")
 
 
-def _cached_source(key: tuple, build: Callable[[], ListSource[SearchQuestion]]) -> ListSource[SearchQuestion]:
+def _load(
+    kind: str,
+    path: str | None,
+    bundled: tuple[str, str],
+    corpus: str | None,
+    build: Callable[[Path, str, Path | None], ListSource[SearchQuestion]],
+    name: str | None = None,
+) -> ListSource[SearchQuestion]:
+    """The source of the question file ``path`` (default: the ``bundled`` one) over its corpus, built
+    once per (kind, files) by ``build(file, name, corpus_file)`` and cached."""
+    file, default_name = _resolve(path, bundled, kind)
+    corpus_file = _corpus_for(file, corpus)
+    key = (kind, _file_key(file), corpus_file and _file_key(corpus_file))
     if key not in _SOURCES:
-        _SOURCES[key] = build()
+        _SOURCES[key] = build(file, name or default_name, corpus_file)
     return _SOURCES[key]
 
 
@@ -269,12 +281,8 @@ def load_hotpotqa(
     if sample is not None and sample not in HOTPOT_SAMPLES:
         raise TaskSourceError(f"hotpotqa: unknown sample {sample!r}; choose one of {sorted(HOTPOT_SAMPLES)}")
     bundled = ("hotpotqa", HOTPOT_SAMPLES[sample or "train"])
-    file, name = _resolve(path, bundled, "hotpotqa")
-    if sample is not None:
-        name = f"hotpotqa?sample={sample}"
-    corpus_file = _corpus_for(file, corpus)
-    key = ("hotpotqa", _file_key(file), corpus_file and _file_key(corpus_file))
-    return _cached_source(key, lambda: _build_hotpotqa(file, name, corpus_file))
+    name = f"hotpotqa?sample={sample}" if sample is not None else None
+    return _load("hotpotqa", path, bundled, corpus, _build_hotpotqa, name)
 
 
 def _build_hotpotqa(file: Path, name: str, corpus_file: Path | None) -> ListSource[SearchQuestion]:
@@ -323,10 +331,7 @@ def _list_source(name: str, tasks: list[Task[SearchQuestion]], file: Path) -> Li
 def load_musique(path: str | None = None, *, corpus: str | None = None) -> ListSource[SearchQuestion]:
     """MuSiQue questions (``id``, ``question``, ``answer``, ``answer_aliases``, ``paragraphs``), JSON or
     JSON Lines. Unanswerable questions (``answerable`` false, MuSiQue-Full) are skipped."""
-    file, name = _resolve(path, ("musique", MUSIQUE_SAMPLE), "musique")
-    corpus_file = _corpus_for(file, corpus)
-    key = ("musique", _file_key(file), corpus_file and _file_key(corpus_file))
-    return _cached_source(key, lambda: _build_musique(file, name, corpus_file))
+    return _load("musique", path, ("musique", MUSIQUE_SAMPLE), corpus, _build_musique)
 
 
 def _build_musique(file: Path, name: str, corpus_file: Path | None) -> ListSource[SearchQuestion]:
@@ -373,10 +378,7 @@ def load_nq(path: str | None = None, *, corpus: str | None = None) -> ListSource
             "nq: NQ-open has no passages, so it needs a corpus: 'nq:QUESTIONS.jsonl?corpus=PATH'"
             " (a JSON/JSON Lines file of title+text records, or a DPR-style TSV)"
         )
-    file, name = _resolve(path, ("nq_open", NQ_SAMPLE), "nq")
-    corpus_file = _existing(corpus, "search corpus")
-    key = ("nq", _file_key(file), _file_key(corpus_file))
-    return _cached_source(key, lambda: _build_nq(file, name, corpus_file))
+    return _load("nq", path, ("nq_open", NQ_SAMPLE), corpus, _build_nq)
 
 
 def _build_nq(file: Path, name: str, corpus_file: Path) -> ListSource[SearchQuestion]:

@@ -27,6 +27,7 @@ CHESS = Domain(
     options_field="legal_moves_uci",
     library="whale_train.meta_harness.library.chess:LIBRARY",
     pretrain_formats="whale_train.pretrain.formats:CHESS",
+    prompt_edits="whale_train.meta_harness.prompt_only:CHESS_EDITS",
 )
 
 register_domain(CHESS)

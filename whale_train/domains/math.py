@@ -22,6 +22,7 @@ MATH = Domain(
     actions="'answer: <value>' (or a \\boxed{} answer) ends the episode; 'python: <code>' runs code in a sandbox.",
     library="whale_train.meta_harness.library.math:LIBRARY",
     pretrain_formats="whale_train.pretrain.formats:MATH",
+    prompt_edits="whale_train.meta_harness.prompt_only:MATH_EDITS",
 )
 
 register_domain(MATH)

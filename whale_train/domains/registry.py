@@ -51,6 +51,8 @@ class Domain:
             mechanism picks among them by likelihood); None when there is none.
         library: ``"module:NAME"`` of its offline ``DomainLibrary``; None: the generic mechanisms.
         pretrain_formats: ``"module:NAME"`` of its pretraining ``TextFormats``; None: not pretrained on.
+        prompt_edits: ``"module:NAME"`` of its tuple of ``PromptEdit`` (``meta_harness.prompt_only``), the
+            offline proposer's prompt rewrites of the base harness in prompt-only mode; None: none.
     """
 
     name: str
@@ -63,6 +65,7 @@ class Domain:
     options_field: str | None = None
     library: str | None = None
     pretrain_formats: str | None = None
+    prompt_edits: str | None = None
 
     def describe_info(self) -> str:
         """The ``info`` fields and the actions in one line, for the LLM proposer's instructions."""
@@ -76,6 +79,10 @@ class Domain:
     def load_pretrain_formats(self) -> Any:
         """Its pretraining ``TextFormats`` (None when it has none)."""
         return load_ref(self.pretrain_formats) if self.pretrain_formats else None
+
+    def load_prompt_edits(self) -> tuple[Any, ...]:
+        """Its prompt-only rewrites (``PromptEdit``), empty when it has none."""
+        return tuple(load_ref(self.prompt_edits)) if self.prompt_edits else ()
 
 
 _REGISTRY: dict[str, Domain] = {}

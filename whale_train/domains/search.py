@@ -23,6 +23,7 @@ SEARCH = Domain(
     actions="'search: <query>' returns passages; 'answer: <text>' ends the episode.",
     library="whale_train.meta_harness.library.search:LIBRARY",
     pretrain_formats="whale_train.pretrain.formats:SEARCH",
+    prompt_edits="whale_train.meta_harness.prompt_only:SEARCH_EDITS",
 )
 
 register_domain(SEARCH)

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from whale_train.llm.base import Completion, Prompt, Request, ScoreUnsupported, cut_at_stop
+from whale_train.llm.http import post_json
 
 
 class OpenAIError(RuntimeError):
@@ -67,25 +65,15 @@ class OpenAILLM:
     # ------------------------------------------------------------------------------ HTTP
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        data = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last: Exception | None = None
-        for attempt in range(self.retries):
-            req = urllib.request.Request(self.base_url + path, data=data, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    return json.loads(resp.read().decode())
-            except urllib.error.HTTPError as exc:
-                detail = exc.read().decode(errors="replace")[:500]
-                last = OpenAIError(f"{path}: HTTP {exc.code}: {detail}")
-                if exc.code not in (429, 500, 502, 503, 504):
-                    raise last from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                last = OpenAIError(f"{path}: cannot reach {self.base_url}: {exc}")
-            time.sleep(min(8.0, 0.5 * 2**attempt))
-        raise last  # type: ignore[misc]
+        return post_json(
+            self.base_url,
+            path,
+            body,
+            api_key=self.api_key,
+            timeout=self.timeout,
+            retries=self.retries,
+            error=OpenAIError,
+        )
 
     # ------------------------------------------------------------------------------ LLM API
 

@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from whale_train.meta_harness.archive import Archive, atomic_write_json, atomic_write_text
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.meta_harness.lineage import lineage_report
@@ -69,14 +67,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def search_config(args: argparse.Namespace) -> MetaHarnessConfig:
-    data: dict[str, Any] = {}
-    if args.config:
-        if not Path(args.config).is_file():
-            raise ValueError(f"no config file {args.config}")
-        loaded = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{args.config}: a config is a mapping of fields")
-        data.update(loaded.get("search", loaded) if isinstance(loaded.get("search"), dict) else loaded)
+    """``--config`` (its ``search:`` section, if it has one), then the flags, then ``--set``."""
     flags = {
         "harness_tasks": args.harness_tasks,
         "candidates": args.candidates,
@@ -84,16 +75,10 @@ def search_config(args: argparse.Namespace) -> MetaHarnessConfig:
         "proposer": args.proposer,
         "llm_base_url": args.llm_base_url,
         "llm_model": args.llm_model,
+        "prompt_only": True if args.prompt_only else None,
     }
-    data.update({k: v for k, v in flags.items() if v is not None})
-    if args.prompt_only:
-        data["prompt_only"] = True
-    for item in args.set:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        data[key.strip()] = yaml.safe_load(value)
-    return MetaHarnessConfig.from_dict(data)
+    flags = {k: v for k, v in flags.items() if v is not None}
+    return MetaHarnessConfig.load(args.config, args.set, section="search", flags=flags)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -110,8 +95,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise CLIError(f"--harness: {args.env} has no registered base harness; name its h0 file")
     try:
         config = search_config(args)
-    except (ValueError, TypeError, yaml.YAMLError) as exc:
-        raise CLIError(f"bad search config: {exc}") from None
+    except (ValueError, FileNotFoundError) as exc:  # one line naming the file or --set and the field
+        raise CLIError(str(exc)) from None
     out = Path(args.out or f"runs/search-{domain.name}")
     env_kwargs = {"tasks": args.tasks} if args.tasks else {}
     make_env(args.env, args.tasks, "harness")  # a bad task source is a user error, before any work

@@ -16,14 +16,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 from harnesses import base as harness_base
 from harnesses.validate import ALLOWED_MODULES
 from whale_train.domains import domain_for
+from whale_train.llm.http import post_json
 from whale_train.meta_harness import evaluate
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.meta_harness.proposer import Proposal, ProposalContext, ProposerError
@@ -350,26 +348,15 @@ class LLMProposer:
 
     def _chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         body = {"model": self.model, "messages": messages, "tools": TOOLS, "temperature": self.temperature}
-        data = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last: Exception | None = None
-        for attempt in range(self.retries):
-            req = urllib.request.Request(
-                self.base_url + "/chat/completions", data=data, headers=headers, method="POST"
-            )
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    return json.loads(resp.read().decode())
-            except urllib.error.HTTPError as exc:
-                last = ProposerError(f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}")
-                if exc.code not in (429, 500, 502, 503, 504):
-                    raise last from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError) as exc:
-                last = ProposerError(f"cannot reach {self.base_url}: {exc}")
-            time.sleep(min(8.0, 0.5 * 2**attempt))
-        raise last  # type: ignore[misc]
+        return post_json(
+            self.base_url,
+            "/chat/completions",
+            body,
+            api_key=self.api_key,
+            timeout=self.timeout,
+            retries=self.retries,
+            error=ProposerError,
+        )
 
 
 class _Usage:

@@ -16,7 +16,7 @@ mechanism never tried, minus how far the parent trails the incumbent, and a seed
 ties (the constants below). A pure constant change is never proposed right after another one. The result is a readable,
 self-contained harness module (``library``) with the hypothesis in its docstring.
 
-In prompt-only mode it applies the domain's prompt rewrites (``prompt_only.PROMPT_EDITS``) instead,
+In prompt-only mode it applies the domain's prompt rewrites (``Domain.prompt_edits``) instead,
 one more per candidate, to the incumbent's source.
 
 Deterministic: the plan of an iteration depends only on the seed, the iteration and the archive as it
@@ -34,7 +34,6 @@ from typing import Any
 from whale_train.domains import domain_for, get_domain
 from whale_train.meta_harness.archive import Candidate, candidate_id, parse_candidate_id, sha256
 from whale_train.meta_harness.library import DomainLibrary, Genome, key, library_for
-from whale_train.meta_harness.prompt_only import PROMPT_EDITS
 from whale_train.meta_harness.proposer import Proposal, ProposalContext
 
 #: How an option is scored: the parent's success rate relative to the incumbent's, plus FIT x the share
@@ -212,7 +211,7 @@ class OfflineProposer:
     def _prompt_options(
         self, ctx: ProposalContext, prior: list[Candidate], rng: random.Random
     ) -> list[_Option]:
-        edits = PROMPT_EDITS.get(ctx.domain, ())
+        edits = domain_for(ctx.env_id).load_prompt_edits()
         applied_anywhere = {k for c in prior for k in c.meta.get("components", {}).get("edits", [])}
         effects = _effects(prior, None)
         parents = [ctx.incumbent] + [f for f in ctx.frontier if f != ctx.incumbent][:2]

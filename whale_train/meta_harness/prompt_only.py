@@ -3,9 +3,9 @@ constants (its prompt text) and nothing else.
 
 ``prompt_only_violation(seed, candidate)`` compares the two syntax trees with every string constant
 masked (the literal parts of f-strings removed, their ``{...}`` fields kept) and names the first place
-where the code itself differs. ``PROMPT_EDITS`` is the offline proposer's library of prompt rewrites for
-each domain's ``h0``: exact replacements of text inside string literals, each with the failure signals
-it targets.
+where the code itself differs. ``PromptEdit`` is one of the offline proposer's prompt rewrites of a
+domain's ``h0`` (``Domain.prompt_edits`` names a domain's tuple of them; the built-in ones are below):
+an exact replacement of text inside a string literal, with the failure signals it targets.
 """
 
 from __future__ import annotations
@@ -79,95 +79,94 @@ class PromptEdit:
         return source.replace(self.old, self.new, 1)
 
 
-PROMPT_EDITS: dict[str, tuple[PromptEdit, ...]] = {
-    "chess": (
-        PromptEdit(
-            "list-reminder",
-            '"\\nAnswer with one legal move in UCI inside <move></move> tags."',
-            '"\\nAnswer with one move copied from the legal moves above, in UCI, inside <move></move> tags."',
-            ("illegal", "parse"),
-            "name the list the move must come from, so fewer answers are illegal",
-        ),
-        PromptEdit(
-            "format-example",
-            "inside <move></move> tags.",
-            "inside <move></move> tags, for example <move>e2e4</move>.",
-            ("parse",),
-            "show the exact answer format once, so fewer answers are unparseable",
-        ),
-        PromptEdit(
-            "mate-hint",
-            '"\\nAnswer with',
-            '"\\nA mate is a check the opponent cannot escape. Answer with',
-            ("wrong",),
-            "say what a mate is, so the model looks at checks",
-        ),
-        PromptEdit(
-            "moves-label",
-            '"Legal moves: "',
-            '"Legal moves (UCI): "',
-            ("illegal", "parse"),
-            "label the move list as the env does (the wording the model has seen most)",
-        ),
-        PromptEdit(
-            "puzzle-title",
-            'f"Chess puzzle. You play',
-            'f"Mate puzzle. You play',
-            ("wrong",),
-            "call it a mate puzzle, the goal stated first",
-        ),
+#: The offline proposer's prompt rewrites of each built-in domain's ``h0`` (``Domain.prompt_edits``).
+CHESS_EDITS: tuple[PromptEdit, ...] = (
+    PromptEdit(
+        "list-reminder",
+        '"\\nAnswer with one legal move in UCI inside <move></move> tags."',
+        '"\\nAnswer with one move copied from the legal moves above, in UCI, inside <move></move> tags."',
+        ("illegal", "parse"),
+        "name the list the move must come from, so fewer answers are illegal",
     ),
-    "math": (
-        PromptEdit(
-            "no-tool-offer",
-            '"To run Python first, reply python: <code> and print the result. "',
-            '""',
-            ("tool", "parse", "incomplete"),
-            "stop offering the Python tool, so every reply is an answer",
-        ),
-        PromptEdit(
-            "answer-only",
-            "Put the final answer in \\\\boxed{{}}.",
-            "Reply with the final answer only, as \\\\boxed{{number}}.",
-            ("parse", "truncated"),
-            "ask for the answer alone, so it fits in the token budget and parses",
-        ),
-        PromptEdit(
-            "problem-label",
-            'f"Problem: {',
-            'f"Solve this problem. Problem: {',
-            ("wrong",),
-            "state the task before the problem",
-        ),
-        PromptEdit(
-            "exact",
-            "Put the final answer",
-            "Compute exactly. Put the final answer",
-            ("wrong",),
-            "ask for an exact result",
-        ),
+    PromptEdit(
+        "format-example",
+        "inside <move></move> tags.",
+        "inside <move></move> tags, for example <move>e2e4</move>.",
+        ("parse",),
+        "show the exact answer format once, so fewer answers are unparseable",
     ),
-    "search": (
-        PromptEdit(
-            "keyword-query",
-            "Write a search query inside <search></search>.",
-            "Write the names and key words of the question as a search query inside <search></search>.",
-            ("wrong",),
-            "ask for the question's names as the query, so the right passage is found",
-        ),
-        PromptEdit(
-            "short-answer",
-            "Answer the question inside <answer></answer>.",
-            "Answer with a short phrase copied from the passage, inside <answer></answer>.",
-            ("wrong", "parse"),
-            "ask for a short span of the passage, the form the gold answers take",
-        ),
-        PromptEdit(
-            "context-label",
-            "\\nPassage: {",
-            "\\nRead this passage. Passage: {",
-            ("wrong",),
-            "point the model at the passage",
-        ),
+    PromptEdit(
+        "mate-hint",
+        '"\\nAnswer with',
+        '"\\nA mate is a check the opponent cannot escape. Answer with',
+        ("wrong",),
+        "say what a mate is, so the model looks at checks",
     ),
-}
+    PromptEdit(
+        "moves-label",
+        '"Legal moves: "',
+        '"Legal moves (UCI): "',
+        ("illegal", "parse"),
+        "label the move list as the env does (the wording the model has seen most)",
+    ),
+    PromptEdit(
+        "puzzle-title",
+        'f"Chess puzzle. You play',
+        'f"Mate puzzle. You play',
+        ("wrong",),
+        "call it a mate puzzle, the goal stated first",
+    ),
+)
+MATH_EDITS: tuple[PromptEdit, ...] = (
+    PromptEdit(
+        "no-tool-offer",
+        '"To run Python first, reply python: <code> and print the result. "',
+        '""',
+        ("tool", "parse", "incomplete"),
+        "stop offering the Python tool, so every reply is an answer",
+    ),
+    PromptEdit(
+        "answer-only",
+        "Put the final answer in \\\\boxed{{}}.",
+        "Reply with the final answer only, as \\\\boxed{{number}}.",
+        ("parse", "truncated"),
+        "ask for the answer alone, so it fits in the token budget and parses",
+    ),
+    PromptEdit(
+        "problem-label",
+        'f"Problem: {',
+        'f"Solve this problem. Problem: {',
+        ("wrong",),
+        "state the task before the problem",
+    ),
+    PromptEdit(
+        "exact",
+        "Put the final answer",
+        "Compute exactly. Put the final answer",
+        ("wrong",),
+        "ask for an exact result",
+    ),
+)
+SEARCH_EDITS: tuple[PromptEdit, ...] = (
+    PromptEdit(
+        "keyword-query",
+        "Write a search query inside <search></search>.",
+        "Write the names and key words of the question as a search query inside <search></search>.",
+        ("wrong",),
+        "ask for the question's names as the query, so the right passage is found",
+    ),
+    PromptEdit(
+        "short-answer",
+        "Answer the question inside <answer></answer>.",
+        "Answer with a short phrase copied from the passage, inside <answer></answer>.",
+        ("wrong", "parse"),
+        "ask for a short span of the passage, the form the gold answers take",
+    ),
+    PromptEdit(
+        "context-label",
+        "\\nPassage: {",
+        "\\nRead this passage. Passage: {",
+        ("wrong",),
+        "point the model at the passage",
+    ),
+)

@@ -180,6 +180,7 @@ class HarnessSearch:
         log: Callable[[str], None] | None = None,
     ):
         spec = domain_for(env_id)  # ValueError for an unknown env
+        config = config.seeded(0)  # an unset seed is 0 (whale train sets the run's)
         config.validate()
         self.config = config
         self.llm = llm

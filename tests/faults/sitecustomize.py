@@ -1,0 +1,58 @@
+"""Fault injection for the resume tests, outside the package: ``WHALE_CRASH_AT=POINT@UNIT`` SIGKILLs a
+``whale train`` subprocess at one point of one unit, as a power cut would.
+
+Python imports ``sitecustomize`` at start-up from the first folder of ``sys.path`` that has one; the
+tests put this folder first on ``PYTHONPATH`` (``tests/crash.py``) only for the processes they mean
+to kill, so nothing of this reaches the trainer otherwise. The points:
+
+    unit_start@U    before unit U runs (an RSFT step or a harness iteration)
+    unit_done@U     after unit U ran, before the trainer records it
+    before_state@U  after unit U's checkpoint is saved, before state.json points at it
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_AT = os.environ.get("WHALE_CRASH_AT", "")
+
+
+def _kill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _install(point: str, unit: int) -> None:
+    import json
+
+    from whale_train import trainer
+
+    if point in ("unit_start", "unit_done"):
+        for name in ("_weight_unit", "_harness_unit"):
+            original = getattr(trainer.Run, name)
+
+            def wrapped(self, *args, _original=original, **kwargs):
+                if point == "unit_start" and self.units == unit:
+                    _kill()
+                result = _original(self, *args, **kwargs)
+                if point == "unit_done" and self.units == unit:
+                    _kill()
+                return result
+
+            setattr(trainer.Run, name, wrapped)
+    elif point == "before_state":
+        write = trainer._atomic_write
+
+        def atomic_write(path, text):
+            if path.name == "state.json" and json.loads(text)["units"] == unit:
+                _kill()
+            write(path, text)
+
+        trainer._atomic_write = atomic_write
+    else:
+        raise SystemExit(f"WHALE_CRASH_AT: unknown point {point!r} (unit_start, unit_done, before_state)")
+
+
+if _AT:
+    _point, _, _unit = _AT.partition("@")
+    _install(_point, int(_unit))
