@@ -57,12 +57,18 @@ class EvalConfig:
         limit: tasks of the split to use (0 = all).
         split: the held-out split.
         every: "phase" (after every phase and at the end) or "unit" (after every unit: slow).
+        select_limit: tasks of the ``harness`` split also scored at every evaluation (0 = none), so that a
+            rule can pick a run's model and harness without looking at the test split (``whale compare``'s
+            "selected" number); recorded as ``select_mean`` / ``select_se`` of the eval event.
+        select_k: samples per task of that score.
     """
 
     k: int = 8
     limit: int = 200
     split: str = "test"
     every: str = "phase"
+    select_limit: int = 0
+    select_k: int = 1
 
 
 @dataclass
@@ -105,6 +111,8 @@ class TrainConfig:
             raise ValueError("eval.every must be 'phase' or 'unit'")
         if self.eval.k < 1 or self.eval.limit < 0:
             raise ValueError("eval.k must be at least 1 and eval.limit at least 0 (0 = all)")
+        if self.eval.select_k < 1 or self.eval.select_limit < 0:
+            raise ValueError("eval.select_k must be at least 1 and eval.select_limit at least 0 (0 = none)")
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         parse_report_to(self.report_to)
@@ -528,6 +536,8 @@ class Run:
 
         result.update(model_version=version, harness=self.harness.name, k=e.k, split=e.split)
         result["errors"] = first_errors(trajs)  # failures in sight: the first message of each kind
+        if e.select_limit:
+            result.update(self._select_score(version))
         out = self.dir / "eval"
         out.mkdir(exist_ok=True)
         _atomic_write(out / f"{key}.json", json.dumps(result, indent=1, default=str))
@@ -537,6 +547,7 @@ class Run:
             {
                 "event": "eval",
                 **{k: result[k] for k in ("model_version", "harness", "mean", "se", "k", "tasks")},
+                **{k: result[k] for k in ("select_mean", "select_se") if k in result},
             }
         )
         self.log(
@@ -547,6 +558,31 @@ class Run:
                 f"  {name} in {err['episodes']} of {len(trajs)} test episodes; first: {err['first'][:200]}"
             )
         return result
+
+    def _select_score(self, version: int) -> dict[str, Any]:
+        """mean@select_k on the first ``select_limit`` tasks of the harness split (its own sample seed): what
+        a selection rule may look at instead of the test split."""
+        e = self.config.eval
+        import gymnasium as gym
+
+        env = gym.make(self.config.env, split="harness", **self.config.env_kwargs).unwrapped
+        trajs = run_rollouts(
+            self.harness,
+            self.config.env,
+            self.llm,
+            env.task_ids[: e.select_limit],
+            env_kwargs={"split": "harness", **self.config.env_kwargs},
+            config=RolloutConfig(
+                k=e.select_k,
+                seed=20_000 + self.config.seed,
+                concurrency=self.config.concurrency,
+                trusted=self.harness.shipped,
+            ),
+        )
+        stop_if_interrupted()
+        check_model(trajs, f"the selection score of model v{version}")
+        summary = summarize(trajs)
+        return {"select_mean": summary["mean"], "select_se": summary["se"], "select_tasks": summary["tasks"]}
 
     # -------------------------------------------------------------- the loop
 
