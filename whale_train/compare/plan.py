@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from whale_train.config_io import merge, parse_sets
 from whale_train.report import read_ledger
 from whale_train.schedule import METHODS
 from whale_train.trainer import TrainConfig
@@ -30,27 +31,8 @@ def _nest(overrides: dict[str, Any] | None) -> dict[str, Any]:
         if isinstance(value, dict):
             value = _nest(value)
             if isinstance(target.get(leaf), dict):
-                value = _merge(target[leaf], value)
+                value = merge(target[leaf], value)
         target[leaf] = value
-    return out
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = (
-            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-        )
-    return out
-
-
-def _parse_sets(items: Sequence[str]) -> dict[str, Any]:
-    out = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        out[key.strip()] = yaml.safe_load(value)
     return out
 
 
@@ -83,7 +65,7 @@ class CompareConfig:
         if unknown:
             raise ValueError(f"unknown compare key(s) {unknown}; known: {sorted(known)}")
         overrides = _nest(data.get("set"))
-        command_line = _nest(_parse_sets(sets))
+        command_line = parse_sets(sets)
         domains = []
         for name, spec in (data.get("domains") or {}).items():
             if isinstance(spec, str):
@@ -150,7 +132,7 @@ def resolve(cfg: CompareConfig, domain: Domain, **fields: Any) -> TrainConfig:
     and the run's own fields (method, seed, an ablation point)."""
     data = TrainConfig.load(domain.config).to_dict() if domain.config else {}
     for layer in (cfg.overrides, domain.overrides, cfg.command_line, _nest(fields)):
-        data = _merge(data, layer)
+        data = merge(data, layer)
     return TrainConfig.from_dict(data)
 
 
