@@ -56,7 +56,9 @@ class EvalConfig:
         k: samples per task (mean@k).
         limit: tasks of the split to use (0 = all).
         split: the held-out split.
-        every: "phase" (after every phase and at the end) or "unit" (after every unit: slow).
+        every: "phase" (after every phase and at the end), "unit" (after every unit: slow), or a number of
+            rollouts N (at the start, after the unit that crosses each multiple of N, and at the end, never at
+            a phase end: every method of a budget then gets the same evaluations, whatever its phases).
         select_limit: tasks of the ``harness`` split also scored at every evaluation (0 = none), so that a
             rule can pick a run's model and harness without looking at the test split (``whale compare``'s
             "selected" number); recorded as ``select_mean`` / ``select_se`` of the eval event.
@@ -66,7 +68,7 @@ class EvalConfig:
     k: int = 8
     limit: int = 200
     split: str = "test"
-    every: str = "phase"
+    every: str | int = "phase"
     select_limit: int = 0
     select_k: int = 1
 
@@ -107,8 +109,8 @@ class TrainConfig:
             raise ValueError(f"harness: {self.env} has no registered base harness; name its h0 file")
         if self.budget_rollouts < 1:
             raise ValueError("budget_rollouts must be positive")
-        if self.eval.every not in ("phase", "unit"):
-            raise ValueError("eval.every must be 'phase' or 'unit'")
+        if self.eval.every not in ("phase", "unit") and not str(self.eval.every).isdigit():
+            raise ValueError("eval.every must be 'phase', 'unit' or a number of rollouts")
         if self.eval.k < 1 or self.eval.limit < 0:
             raise ValueError("eval.k must be at least 1 and eval.limit at least 0 (0 = all)")
         if self.eval.select_k < 1 or self.eval.select_limit < 0:
@@ -650,13 +652,19 @@ class Run:
                 }
             )
             self.units += 1
-            if self.config.eval.every == "unit":
+            every = self.config.eval.every
+            if every == "unit":
                 self.evaluate()
+            elif every != "phase" and (self.state.rollouts - rollouts) // int(
+                every
+            ) < self.state.rollouts // int(every):
+                self.evaluate()  # this unit crossed a multiple of eval.every rollouts
             self._save_state()
         return self.summary()
 
     def _end_phase(self, decision: Decision) -> None:
-        if self.state.phase:
+        by_rollouts = self.config.eval.every not in ("phase", "unit")
+        if self.state.phase and (decision.action == "stop" or not by_rollouts):
             self.evaluate()
 
     def _weight_unit(self) -> tuple[dict[str, Any], int]:

@@ -69,6 +69,12 @@ def add_parser(subparsers) -> None:
         default=3,
         help="times Ray reruns a task whose worker or node died (the run resumes; default 3)",
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the grid already in --out (a later session of a grid run in parts): refuse when --out holds "
+        "no grid, so a mistyped folder never starts the grid anew (without --resume a rerun also continues)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
     p.set_defaults(func=cmd_compare)
 
@@ -84,6 +90,8 @@ def cmd_compare(args) -> int:
     if args.jobs < 1:
         raise CLIError("--jobs must be >= 1")
     out = Path(args.out or f"runs/compare/{cfg.name}")
+    if args.resume and not (out / "grid.yaml").exists():
+        raise CLIError(f"--resume: {out} holds no grid (no grid.yaml); run without --resume to start it")
     reference = None
     if args.reference:
         try:

@@ -6,6 +6,7 @@ from typing import Any
 
 from whale_train.compare.plan import REFERENCE, WHALE
 from whale_train.compare.stats import mean_sd
+from whale_train.compare.verdict import account, verdict_markdown
 
 
 def _pct(x: float | None, digits: int = 1) -> str:
@@ -35,6 +36,11 @@ def _invocation_text(inv: dict[str, Any]) -> str:
     return f" (this invocation: {len(inv['ran'])} runs, {_minutes(inv['wall_seconds'])} wall with {inv['jobs']} jobs)"
 
 
+def _mean_sd_text(cell: dict[str, Any], metric: str) -> str:
+    mean, sd = cell.get(f"{metric}_mean"), cell.get(f"{metric}_sd")
+    return _pct(mean) + ("" if sd is None else f" ± {_pct(sd)}")
+
+
 def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
     lines = [f"# Method comparison: {table['name']}", ""]
     inv = table.get("invocation", {})
@@ -47,22 +53,45 @@ def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
         "Best test mean@k: the highest test evaluation of a run (mean over k samples per task, in percent), "
         "mean ± standard deviation over seeds. Rollouts to reach: the first evaluation at or above the "
         f"{REFERENCE} run's peak of the same seed, mean over seeds. Paired differences: "
-        f"{WHALE} − baseline of the best test mean@k by seed, in points, with a 95% t-interval over seeds.",
+        f"{WHALE} − baseline of the best test mean@k by seed, in points, with a 95% t-interval over seeds. "
+        "Final: the last test evaluation. Selected: the test evaluation of the (model, harness) with the "
+        "highest harness-split score (the rule never sees a test score; — when the runs recorded none).",
         "",
     ]
+    verdicts = table.get("verdicts") or {}
+    if verdicts.get("selected", {}).get("rows"):
+        lines += ["## Verdicts", ""]
+        for metric, v in verdicts.items():
+            lines += [
+                f"On the **{metric}** number ({v['family']} comparisons, Holm-corrected at α = {v['alpha']}; "
+                f"not resolved when an SE exceeds {v['max_se_points']:.1f} points or the interval contains 0):",
+                "",
+                *verdict_markdown(v),
+                "",
+            ]
+        told = account(table)
+        if told:
+            lines += [
+                "Where the accuracy moved, per domain (from the ledgers' operator credits):",
+                "",
+                *told,
+                "",
+            ]
     for name, d in table["domains"].items():
         lines += [
             f"## {name} ({d['env']}, budget {d['budget']} rollouts, a unit costs at most {d['max_unit_rollouts']})",
             "",
-            f"| method | best test mean@{d['k']} (%) | seeds | rollouts to reach {REFERENCE}'s peak | rollouts spent | total wall time |",
-            "|---|---|---|---|---|---|",
+            f"| method | best test mean@{d['k']} (%) | final (%) | selected (%) | seeds | "
+            f"rollouts to reach {REFERENCE}'s peak | rollouts spent | total wall time |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for method, c in d["methods"].items():
             sd = "" if c["best_sd"] is None else f" ± {_pct(c['best_sd'])}"
             spent = mean_sd(c["rollouts"])[0]
             missing = f" (missing: {c['missing_seeds']})" if c["missing_seeds"] else ""
             lines.append(
-                f"| {method} | {_pct(c['best_mean'])}{sd} | {len(c['seeds'])}{missing} | {_reach_text(c)} | "
+                f"| {method} | {_pct(c['best_mean'])}{sd} | {_mean_sd_text(c, 'final')} | "
+                f"{_mean_sd_text(c, 'selected')} | {len(c['seeds'])}{missing} | {_reach_text(c)} | "
                 f"{'—' if spent is None else f'{spent:.0f}'} | {_minutes(c['wall_seconds'])} |"
             )
         if d["paired"]:

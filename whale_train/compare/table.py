@@ -10,6 +10,7 @@ from typing import Any
 
 from whale_train.compare.plan import REFERENCE, WHALE, CompareConfig, RunSpec, run_state
 from whale_train.compare.stats import mean_sd, paired_ci, rollouts_to_reach
+from whale_train.compare.verdict import verdicts
 from whale_train.report import run_summary
 
 
@@ -63,6 +64,37 @@ def _reach_fields(cell: Sequence[tuple[RunSpec, dict[str, Any]]], peaks: dict[in
     }
 
 
+#: The three numbers of a run: ``best``, the highest test evaluation (the paper's metric: a maximum taken over
+#: evaluations on the test set itself, so biased upward); ``final``, the last evaluation; ``selected``, the
+#: test evaluation of the (model, harness) that the selection rule picks from the harness-split scores
+#: alone (``eval.select_limit``; see :func:`selected_eval`). None where a run did not record what it needs.
+METRICS = ("best", "final", "selected")
+
+
+def selected_eval(evals: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The selection rule: the evaluation whose harness-split score (``select_mean``) is highest, the
+    latest of equal ones; it never looks at the test score. None when no evaluation has a harness score."""
+    scored = [e for e in evals if e.get("select_mean") is not None]
+    if not scored:
+        return None
+    return max(reversed(scored), key=lambda e: e["select_mean"])
+
+
+def run_numbers(summary: dict[str, Any]) -> dict[str, Any]:
+    """A finished run's three numbers (:data:`METRICS`) and the rollouts at which each was evaluated."""
+    evals = summary["evals"]
+    chosen = selected_eval(evals)
+    return {
+        "best": summary["best_mean"],
+        "best_at": summary["best_at"],
+        "final": evals[-1]["mean"] if evals else None,
+        "final_at": evals[-1]["rollouts_total"] if evals else None,
+        "selected": chosen["mean"] if chosen else None,
+        "selected_at": chosen["rollouts_total"] if chosen else None,
+        "selected_harness_score": chosen["select_mean"] if chosen else None,
+    }
+
+
 def collect(runs: Sequence[RunSpec], out: Path) -> dict[str, dict[str, Any]]:
     """The summary of every finished run, by run name (``report.run_summary`` plus wall time)."""
     found = {}
@@ -101,8 +133,14 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
             "best_mean": s["best_mean"] if s else None,
             "best_se": s["best_se"] if s else None,
             "best_at": s["best_at"] if s else None,
+            **({k: v for k, v in run_numbers(s).items() if k not in ("best", "best_at")} if s else {}),
             "wall_seconds": s["wall_seconds"] if s else None,
-            "evals": [{k: e[k] for k in ("rollouts_total", "mean", "se")} for e in s["evals"]] if s else [],
+            "evals": [
+                {k: e.get(k) for k in ("rollouts_total", "mean", "se", "select_mean") if k in e}
+                for e in s["evals"]
+            ]
+            if s
+            else [],
         }
     peaks_by_domain: dict[str, dict[int, float]] = {}
     for d in cfg.domains:
@@ -124,6 +162,8 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
             best = [s["best_mean"] for _, s in cell]
             mean, sd = mean_sd(best)
             ops = [operator_gains(s) for _, s in cell]
+            numbers = [run_numbers(s) for _, s in cell]
+            reach = _reach_fields(cell, reference)
             methods[method] = {
                 "seeds": [r.seed for r, _ in cell],
                 "missing_seeds": sorted(
@@ -132,22 +172,25 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
                 "best": best,
                 "best_mean": mean,
                 "best_sd": sd,
+                **_metric_fields(numbers),
                 "rollouts": [s["rollouts"] for _, s in cell],
-                **_reach_fields(cell, reference),
+                **reach,
                 "wall_seconds": round(sum(s["wall_seconds"] for _, s in cell), 1),
                 "operators": {key: mean_sd([o[key] for o in ops])[0] for key in ops[0]} if ops else {},
+                # what the verdicts pair by seed: the three numbers, rollouts to reach weight-only's peak
+                # (None: not reached), where the run's own peak was, and each operator's gain
+                "per_seed": {
+                    str(r.seed): {
+                        **{m: n[m] for m in METRICS},
+                        "best_at": n["best_at"],
+                        "reach": x,
+                        "weight_gain": o["weight_gain"],
+                        "harness_gain": o["harness_gain"],
+                    }
+                    for (r, _), n, x, o in zip(cell, numbers, reach["reach"], ops, strict=True)
+                },
             }
-        paired = {}
-        if WHALE in cfg.methods:
-            by_seed = {
-                m: dict(zip(methods[m]["seeds"], methods[m]["best"], strict=True)) for m in cfg.methods
-            }
-            for base in cfg.methods:
-                if base == WHALE:
-                    continue
-                seeds = sorted(set(by_seed[WHALE]) & set(by_seed[base]))
-                ci = paired_ci([by_seed[WHALE][s] for s in seeds], [by_seed[base][s] for s in seeds])
-                paired[base] = {"seeds": seeds, **ci}
+        paired_by = {metric: _paired(methods, cfg.methods, metric) for metric in METRICS}
         table["domains"][d.name] = {
             "env": specs[0].config.env,
             "budget": specs[0].budget,
@@ -155,7 +198,8 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
             "k": k,
             "reference_peak": {str(s): v for s, v in sorted(reference.items())},
             "methods": methods,
-            "paired": paired,
+            "paired": paired_by["best"],  # the paper's metric; every metric's in paired_by_metric
+            "paired_by_metric": paired_by,
         }
     if cfg.ablation:
         points = []
@@ -180,10 +224,43 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
                 }
             )
         table["ablation"] = {"domain": cfg.ablation["domain"], "points": points}
+    # the selected number first: it is the one no test score chose; best is the paper's metric
+    table["verdicts"] = {metric: verdicts(table, metric) for metric in ("selected", "best", "final")}
     table["total_run_seconds"] = round(sum(s["wall_seconds"] for s in summaries.values()), 1)
     table["finished_runs"] = len(summaries)
     table["unique_runs"] = len({r.config.name for r in runs})
     return table
+
+
+def _metric_fields(numbers: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``final`` / ``selected``: the per-seed values and their mean ± SD over seeds (``best`` has its own
+    fields); a metric some run lacks (no harness-split scores) is None throughout."""
+    out: dict[str, Any] = {}
+    for metric in ("final", "selected"):
+        values = [n[metric] for n in numbers]
+        complete = bool(values) and all(v is not None for v in values)
+        mean, sd = mean_sd(values) if complete else (None, None)
+        out.update({metric: values if complete else None, f"{metric}_mean": mean, f"{metric}_sd": sd})
+    return out
+
+
+def _paired(methods: dict[str, Any], names: Sequence[str], metric: str) -> dict[str, Any]:
+    """whale − baseline of ``metric`` paired by seed, for every other method (empty without whale)."""
+    if WHALE not in names:
+        return {}
+
+    def by_seed(method: str) -> dict[int, float]:
+        cell = methods[method]
+        return {int(s): v[metric] for s, v in cell["per_seed"].items() if v[metric] is not None}
+
+    ours, paired = by_seed(WHALE), {}
+    for base in names:
+        if base == WHALE:
+            continue
+        theirs = by_seed(base)
+        seeds = sorted(set(ours) & set(theirs))
+        paired[base] = {"seeds": seeds, **paired_ci([ours[s] for s in seeds], [theirs[s] for s in seeds])}
+    return paired
 
 
 def _repro_cell(label: str, ref: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
