@@ -262,6 +262,9 @@ def test_table_from_hand_made_ledgers(tmp_path):
     # best, final (here the last evaluation is each whale run's best), selected (no harness-split scores)
     assert "| whale | 43.3 ± 20.8 | 43.3 ± 20.8 | — | 3 | 65 (2/3 seeds; not reached by the others) |" in md
     assert "| whale − weight-only |" in md and "## Schedule ablation" in md
+    # verdicts on the numbers the runs have (best, final), none on the selected one (no harness scores)
+    assert "## Verdicts" in md and "On the **best** number" in md and "On the **selected** number" not in md
+    assert "| 1 | math | whale − weight-only (points) |" in md
     assert "| method | RSFT steps | weight gain (points) |" in md
     for png in ("accuracy_math.png", "ablation.png"):
         assert (out / "plots" / png).stat().st_size > 1000
@@ -455,6 +458,34 @@ def test_run_grid_trains_only_unfinished_runs_and_refuses_a_stale_folder(tmp_pat
     other = CompareConfig.load(path, ["budget_rollouts=50"])
     with pytest.raises(ValueError, match="another config"):
         run_grid(other, out, log=lambda _line: None, train=train)
+
+
+def test_run_grid_runs_only_the_named_domains(tmp_path):
+    path = _write(
+        tmp_path / "grid.yaml",
+        {
+            "domains": {
+                "math": {"set": {"env": "whale/Math-v0"}},
+                "search": {"set": {"env": "whale/SearchQA-v0"}},
+            },
+            "methods": ["whale"],
+            "set": TINY_SET,
+        },
+    )
+    cfg = CompareConfig.load(path)
+    runs = {r.id: r for r in plan(cfg)}
+    out, calls = tmp_path / "out", []
+
+    def train(config_path: Path, run_dir: Path) -> int:
+        calls.append(run_dir.name)
+        _fake_run(out, runs[run_dir.name], [(0, 0.3), (96, 0.4)], spent=96, elapsed=1.0)
+        return 0
+
+    table = run_grid(cfg, out, log=lambda _line: None, train=train, domains=["search"])
+    assert calls == ["search-whale-s0"] and table["finished_runs"] == 1
+    assert not table["runs"]["math-whale-s0"]["finished"]
+    run_grid(cfg, out, log=lambda _line: None, train=train)
+    assert calls == ["search-whale-s0", "math-whale-s0"]
 
 
 # ------------------------------------------------------------------------------------------ the smoke grid

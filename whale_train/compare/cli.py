@@ -75,6 +75,13 @@ def add_parser(subparsers) -> None:
         help="continue the grid already in --out (a later session of a grid run in parts): refuse when --out holds "
         "no grid, so a mistyped folder never starts the grid anew (without --resume a rerun also continues)",
     )
+    p.add_argument(
+        "--domains",
+        default=None,
+        metavar="NAME,...",
+        help="run only the runs of these domains of the config (a grid run in parts); the table still has every "
+        "finished run",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
     p.set_defaults(func=cmd_compare)
 
@@ -90,6 +97,14 @@ def cmd_compare(args) -> int:
     if args.jobs < 1:
         raise CLIError("--jobs must be >= 1")
     out = Path(args.out or f"runs/compare/{cfg.name}")
+    only = None
+    if args.domains:
+        only = [d.strip() for d in args.domains.split(",") if d.strip()]
+        unknown = sorted(set(only) - {d.name for d in cfg.domains})
+        if unknown:
+            raise CLIError(
+                f"--domains: {', '.join(unknown)} not in {args.config} ({', '.join(d.name for d in cfg.domains)})"
+            )
     if args.resume and not (out / "grid.yaml").exists():
         raise CLIError(f"--resume: {out} holds no grid (no grid.yaml); run without --resume to start it")
     reference = None
@@ -121,7 +136,9 @@ def cmd_compare(args) -> int:
             if args.gpus_per_run != int(args.gpus_per_run):
                 raise ValueError("--gpus-per-run must be a whole number without --ray")
             devices = placement.DevicePool(placement.visible_devices(args.devices), int(args.gpus_per_run))
-        table = run_grid(cfg, out, jobs=args.jobs, reference=reference, devices=devices, ray=ray)
+        table = run_grid(
+            cfg, out, jobs=args.jobs, reference=reference, devices=devices, ray=ray, domains=only
+        )
     except (ValueError, RuntimeError) as exc:
         raise CLIError(str(exc)) from None
     finally:

@@ -58,8 +58,10 @@ def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
         "highest harness-split score (the rule never sees a test score; — when the runs recorded none).",
         "",
     ]
-    verdicts = table.get("verdicts") or {}
-    if verdicts.get("selected", {}).get("rows"):
+    verdicts = {  # a number no run recorded (selected, without eval.select_limit) has no table
+        metric: v for metric, v in (table.get("verdicts") or {}).items() if any(r["n"] for r in v["rows"])
+    }
+    if verdicts:
         lines += ["## Verdicts", ""]
         for metric, v in verdicts.items():
             lines += [

@@ -7,7 +7,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,7 @@ def run_grid(
     reference: dict[str, Any] | None = None,
     devices: placement.DevicePool | None = None,
     ray: placement.RayPlacement | None = None,
+    domains: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Run (or continue) every unfinished run of the grid, then write the table and plots. Returns the
     table (``compare.json``) with ``invocation``: what this call ran, skipped and failed, and, given a
@@ -76,7 +77,9 @@ def run_grid(
 
     Placement (see :mod:`whale_train.placement`): with ``devices``, each job leases its own GPUs and
     ``train`` is called with a third argument, ``{"CUDA_VISIBLE_DEVICES": ...}``; with ``ray``, every
-    run is submitted at once as a Ray task (``train`` is not used) and Ray places them."""
+    run is submitted at once as a Ray task (``train`` is not used) and Ray places them. With ``domains``,
+    only the runs of those domains are run (a grid run in parts, a domain at a time); the table is always
+    built from every finished run."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = plan(cfg)
@@ -100,7 +103,7 @@ def run_grid(
                 saved = out / "runs" / name / "config.yaml"
                 if saved.read_text() != text:  # the same config, written before a TrainConfig field was
                     saved.write_text(text)  # added: as this version writes it, so that --resume accepts it
-            if states[name] != "done":
+            if states[name] != "done" and (domains is None or unique[name].domain in domains):
                 todo.append(name)
         skipped = sorted(n for n, s in states.items() if s == "done")
         log(
