@@ -639,24 +639,25 @@ def test_the_decisive_grid_implements_its_design():
 
 @pytest.mark.slow
 def test_a_killed_decisive_grid_resumes_without_redoing_finished_runs(tmp_path):
-    """The decisive grid's shape (its three domains and task sources, five methods, the ablation, the
-    rollout-cadence evaluations and the harness-split selection score) at tiny budgets and one seed: the
-    `whale compare` process is SIGKILLed once a run has finished; `--resume` in a new process skips the
-    finished runs (their ledgers unchanged), finishes the rest, and the table carries three numbers per run
-    and the verdict section."""
+    """The decisive grid's shape (its task sources, five methods, the rollout-cadence evaluations and the
+    harness-split selection score) at tiny budgets, one seed, and math and search QA only (chess runs cost
+    the most; the design test checks the full plan): the `whale compare` process is SIGKILLed once a run
+    has finished; `--resume` in a new process skips the finished runs (their ledgers unchanged), finishes
+    the rest, and the table carries three numbers per run and the verdict section."""
     import signal
     import time
 
     data = yaml.safe_load(DECISIVE.read_text())
     data["seeds"] = [0]
-    data["ablation"] = {"domain": "math", "points": [[0.6, 6], [0.1, 2]]}
+    data.pop("ablation")
+    del data["domains"]["chess"]
     for d in data["domains"].values():
         d["config"] = str(ROOT / d["config"])
         d["set"]["tasks"] = (
             d["set"]["tasks"].replace("size=2400", "size=120").replace("difficulty=CHESS", "difficulty=1")
         )
     data["set"] = {
-        "budget_rollouts": 48,
+        "budget_rollouts": 24,
         "schedule": {
             "weight_epochs": 0.1,
             "harness_iterations": 2,
@@ -671,7 +672,7 @@ def test_a_killed_decisive_grid_resumes_without_redoing_finished_runs(tmp_path):
             "frontier_size": 1,
             "check_tasks": 2,
         },
-        "eval": {"k": 2, "limit": 4, "split": "test", "every": 16, "select_limit": 3, "select_k": 1},
+        "eval": {"k": 1, "limit": 3, "split": "test", "every": 8, "select_limit": 2, "select_k": 1},
         "concurrency": 8,
     }
     grid = _write(tmp_path / "decisive-smoke.yaml", data)
@@ -691,21 +692,21 @@ def test_a_killed_decisive_grid_resumes_without_redoing_finished_runs(tmp_path):
     first.wait()
     finished = _finished(out)
     before = {name: (out / "runs" / name / "ledger.jsonl").read_bytes() for name in finished}
-    assert 1 <= len(finished) < 16 and (out / ".compare.lock").exists()  # the dead grid's lock is left behind
+    assert 1 <= len(finished) < 10 and (out / ".compare.lock").exists()  # the dead grid's lock is left behind
     second = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, cwd=ROOT)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert f"16 runs: {len(finished)} finished" in second.stdout
+    assert f"10 runs: {len(finished)} finished" in second.stdout
     table = json.loads((out / "compare.json").read_text())
     assert sorted(table["invocation"]["skipped"]) == sorted(finished)
     assert not set(table["invocation"]["ran"]) & set(finished)
     assert {n: (out / "runs" / n / "ledger.jsonl").read_bytes() for n in finished} == before
-    assert table["finished_runs"] == 16 and all(r["finished"] for r in table["runs"].values())
+    assert table["finished_runs"] == 10 and all(r["finished"] for r in table["runs"].values())
     for run_id, r in table["runs"].items():
         assert None not in (r["best_mean"], r["final"], r["selected"]), run_id
         assert r["final"] <= r["best_mean"] and r["selected"] <= r["best_mean"]
         assert all("select_mean" in e for e in r["evals"]), run_id
     rows = table["verdicts"]["selected"]["rows"]
-    assert {r["domain"] for r in rows} == {"math", "chess", "search"}
+    assert {r["domain"] for r in rows} == {"math", "search"}
     assert {r["claim"] for r in rows} == {1, 2, 3, 4} and all(r["verdict"] == "not resolved" for r in rows)
     assert "## Verdicts" in (out / "compare.md").read_text()
 
