@@ -18,6 +18,7 @@ from tests.crash import crash_env
 from whale_train.compare import (
     CompareConfig,
     build_table,
+    holm,
     mean_sd,
     operator_gains,
     paired_ci,
@@ -185,8 +186,9 @@ def _fake_run(out: Path, spec, evals, spent: int, elapsed: float) -> None:
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump(spec.config.to_dict(), sort_keys=False))
     events = [{"event": "start", "unit": 0, "rollouts_total": 0}]
-    for x, mean in evals:
-        events.append({"event": "eval", "unit": 0, "rollouts_total": x, "mean": mean, "se": 0.05})
+    for x, mean, *select in evals:  # (rollouts, test mean[, harness-split score])
+        e = {"event": "eval", "unit": 0, "rollouts_total": x, "mean": mean, "se": 0.05}
+        events.append({**e, "select_mean": select[0]} if select else e)
     events.append(
         {
             "event": "unit",
@@ -258,11 +260,99 @@ def test_table_from_hand_made_ledgers(tmp_path):
     assert table["domains"]["math"]["methods"]["harness-only"]["missing_seeds"] == [1]
     assert table["domains"]["math"]["paired"]["harness-only"]["seeds"] == [0, 2]
     md = write_table(table, out).read_text()
-    assert "| whale | 43.3 ± 20.8 | 3 | 65 (2/3 seeds; not reached by the others) |" in md
+    # best, final (here the last evaluation is each whale run's best), selected (no harness-split scores)
+    assert "| whale | 43.3 ± 20.8 | 43.3 ± 20.8 | — | 3 | 65 (2/3 seeds; not reached by the others) |" in md
     assert "| whale − weight-only |" in md and "## Schedule ablation" in md
+    # verdicts on the numbers the runs have (best, final), none on the selected one (no harness scores)
+    assert "## Verdicts" in md and "On the **best** number" in md and "On the **selected** number" not in md
+    assert "| 1 | math | whale − weight-only (points) |" in md
     assert "| method | RSFT steps | weight gain (points) |" in md
     for png in ("accuracy_math.png", "ablation.png"):
         assert (out / "plots" / png).stat().st_size > 1000
+
+
+def test_holm_by_hand():
+    # sorted p: 0.01 (x3 = 0.03, tested at 0.05/3: rejected), 0.03 (x2 = 0.06 > 0.05/2: fails), 0.04 (x1,
+    # held to the running maximum 0.06); after the failed step the intervals stay at its level
+    out = holm([0.01, 0.04, 0.03, None])
+    assert [o["p_adjusted"] for o in out[:3]] == pytest.approx([0.03, 0.06, 0.06])
+    assert [o["reject"] for o in out] == [True, False, False, False]
+    assert [o["level"] for o in out[:3]] == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 2, 1 - 0.05 / 2])
+    assert out[3] == {"p_adjusted": None, "reject": False, "level": None}
+
+
+def test_three_numbers_per_run_and_the_selection_rule(tmp_path):
+    path = _write(
+        tmp_path / "grid.yaml",
+        {"domains": {"math": {"set": {"env": "whale/Math-v0"}}}, "methods": ["whale"], "set": TINY_SET},
+    )
+    cfg = CompareConfig.load(path)
+    (run,) = plan(cfg)
+    out = tmp_path / "out"
+    # test 60% at 50 rollouts is the best; the harness split prefers the last two equally: the later wins
+    _fake_run(out, run, [(0, 0.2, 0.1), (50, 0.6, 0.3), (80, 0.3, 0.5), (96, 0.4, 0.5)], spent=96, elapsed=1)
+    r = build_table(cfg, [run], out)["runs"]["math-whale-s0"]
+    assert (r["best_mean"], r["final"], r["selected"]) == (0.6, 0.4, 0.4)
+    assert (r["best_at"], r["final_at"], r["selected_at"]) == (50, 96, 96)
+    cell = build_table(cfg, [run], out)["domains"]["math"]["methods"]["whale"]
+    assert cell["per_seed"]["0"]["selected"] == 0.4 and cell["selected_mean"] == 0.4
+
+
+def _verdict_table(diffs: dict[str, list[float]], seeds: int = 5) -> dict:
+    """A compare.json with whale at 0.5 on every seed and each baseline at 0.5 - diff."""
+    per = lambda values: {  # noqa: E731
+        str(s): {
+            "best": v,
+            "final": v,
+            "selected": v,
+            "best_at": 100,
+            "reach": 100,
+            "weight_gain": 0.0,
+            "harness_gain": 0.0,
+        }
+        for s, v in enumerate(values)
+    }
+    methods = {"whale": {"per_seed": per([0.5] * seeds)}}
+    for base, ds in diffs.items():
+        methods[base] = {"per_seed": per([0.5 - x for x in ds])}
+    return {"domains": {"chess": {"budget": 1000, "methods": methods}}}
+
+
+def test_verdicts_by_hand():
+    from whale_train.compare.verdict import verdicts
+
+    table = _verdict_table(
+        {
+            "weight-only": [0.10, 0.11, 0.09, 0.10, 0.10],  # +10 points, SE 0.3: holds
+            "harness-only": [0.01, -0.01, 0.02, -0.02, 0.0],  # around 0, small SE: not resolved, not +4.15
+            "fst": [-0.06, -0.05, -0.07, -0.06, -0.06],  # whale worse: does not hold
+            "stagewise": [0.10, -0.05, 0.12, 0.0, 0.08],  # SE 3.2 points > 1.5: not resolved
+        }
+    )
+    v = verdicts(table, "selected")
+    rows = {r["comparison"]: r for r in v["rows"]}
+    cost = "rollouts to weight-only's peak: stagewise − whale"
+    assert v["family"] == 5 and set(rows) == {
+        "whale − weight-only",
+        "whale − harness-only",
+        "whale − fst",
+        "whale − stagewise",
+        cost,
+    }
+    assert rows[cost]["unit"] == "rollouts" and rows[cost]["verdict"] == "not resolved"  # both reach at 100
+    assert rows["whale − weight-only"]["verdict"] == "holds"
+    assert rows["whale − weight-only"]["mean"] == pytest.approx(0.10)
+    assert rows["whale − weight-only"]["lo_holm"] > 0 and rows["whale − weight-only"]["p_holm"] < 0.05
+    assert rows["whale − fst"]["verdict"] == "does not hold" and rows["whale − fst"]["hi_holm"] < 0
+    ho = rows["whale − harness-only"]
+    assert ho["verdict"] == "not resolved" and "contains 0" in ho["reason"] and ho["excludes_paper_effect"]
+    sw = rows["whale − stagewise"]
+    assert sw["verdict"] == "not resolved" and sw["reason"].startswith("SE 3.2 > 1.5")
+    # the corrected interval is wider than the plain 95% one
+    assert rows["whale − weight-only"]["lo_holm"] < rows["whale − weight-only"]["lo"]
+    # one seed: nothing to resolve
+    one = verdicts(_verdict_table({"weight-only": [0.1]}, seeds=1))
+    assert one["rows"][0]["verdict"] == "not resolved" and one["rows"][0]["reason"] == "1 paired seed(s)"
 
 
 def _cell(seeds, best):
@@ -371,6 +461,34 @@ def test_run_grid_trains_only_unfinished_runs_and_refuses_a_stale_folder(tmp_pat
         run_grid(other, out, log=lambda _line: None, train=train)
 
 
+def test_run_grid_runs_only_the_named_domains(tmp_path):
+    path = _write(
+        tmp_path / "grid.yaml",
+        {
+            "domains": {
+                "math": {"set": {"env": "whale/Math-v0"}},
+                "search": {"set": {"env": "whale/SearchQA-v0"}},
+            },
+            "methods": ["whale"],
+            "set": TINY_SET,
+        },
+    )
+    cfg = CompareConfig.load(path)
+    runs = {r.id: r for r in plan(cfg)}
+    out, calls = tmp_path / "out", []
+
+    def train(config_path: Path, run_dir: Path) -> int:
+        calls.append(run_dir.name)
+        _fake_run(out, runs[run_dir.name], [(0, 0.3), (96, 0.4)], spent=96, elapsed=1.0)
+        return 0
+
+    table = run_grid(cfg, out, log=lambda _line: None, train=train, domains=["search"])
+    assert calls == ["search-whale-s0"] and table["finished_runs"] == 1
+    assert not table["runs"]["math-whale-s0"]["finished"]
+    run_grid(cfg, out, log=lambda _line: None, train=train)
+    assert calls == ["search-whale-s0", "math-whale-s0"]
+
+
 # ------------------------------------------------------------------------------------------ the smoke grid
 
 
@@ -475,3 +593,129 @@ def test_smoke_grid_matched_budgets_resume_and_no_new_work(tmp_path):
     assert "6 of 7 cells" in differs.stdout and "outside: math whale " in differs.stdout
     bad = compare("--reference", str(tmp_path / "nothing.json"))
     assert bad.returncode != 0 and "--reference" in bad.stderr
+
+
+# ------------------------------------------------------------------------------------------ the decisive grid
+
+DECISIVE = ROOT / "configs" / "compare" / "decisive.yaml"
+
+
+def test_the_decisive_grid_implements_its_design():
+    """docs/COMPARE.md's fixed design, checked on the config: >= 5 seeds, mean@8 on >= 300 test tasks with
+    the same evaluations for every method, a selection score on the harness split, >= 4 whale cycles of the
+    paper's (E, I) = (0.6, 6) within the budget."""
+    import gymnasium as gym
+
+    old = Path.cwd()
+    os.chdir(ROOT)
+    try:
+        cfg = CompareConfig.load(DECISIVE)
+        runs = plan(cfg)
+    finally:
+        os.chdir(old)
+    assert len(cfg.seeds) >= 5 and cfg.methods == METHODS5
+    assert {d.name for d in cfg.domains} == {"math", "chess", "search"}
+    assert len({r.config.name for r in runs}) == 3 * 5 * 5 + 3 * 5
+    for domain in ("math", "search"):  # chess positions take long to generate: its sizes are in the doc
+        spec = next(r for r in runs if r.domain == domain and r.method == "whale" and r.point is None)
+        c = spec.config
+        assert (c.eval.k, c.eval.limit, c.eval.split, str(c.eval.every)) == (8, 300, "test", "3000")
+        assert c.eval.select_limit >= 100
+        assert (c.schedule.weight_epochs, c.schedule.harness_iterations) == (0.6, 6)
+        splits = {
+            s: len(gym.make(c.env, tasks=c.tasks, split=s).unwrapped.task_ids) for s in ("train", "test")
+        }
+        assert splits["test"] >= 300
+        steps = max(1, round(0.6 * splits["train"] / c.rsft.batch_tasks))
+        cycle = steps * c.weight_step_cost + 6 * c.harness_iteration_cost
+        assert c.budget_rollouts >= 4 * cycle, (domain, steps, cycle)
+        # paired: every method of the domain evaluates the same tasks with the same sample seed
+        same = {
+            json.dumps({**r.config.eval.__dict__, "tasks": r.config.tasks, "seed": r.config.seed})
+            for r in runs
+            if r.domain == domain and r.seed == 0
+        }
+        assert len(same) == 1
+
+
+@pytest.mark.slow
+def test_a_killed_decisive_grid_resumes_without_redoing_finished_runs(tmp_path):
+    """The decisive grid's shape (its task sources, five methods, the rollout-cadence evaluations and the
+    harness-split selection score) at tiny budgets, one seed, and math and search QA only (chess runs cost
+    the most; the design test checks the full plan): the `whale compare` process is SIGKILLed once a run
+    has finished; `--resume` in a new process skips the finished runs (their ledgers unchanged), finishes
+    the rest, and the table carries three numbers per run and the verdict section."""
+    import signal
+    import time
+
+    data = yaml.safe_load(DECISIVE.read_text())
+    data["seeds"] = [0]
+    data.pop("ablation")
+    del data["domains"]["chess"]
+    for d in data["domains"].values():
+        d["config"] = str(ROOT / d["config"])
+        d["set"]["tasks"] = (
+            d["set"]["tasks"].replace("size=2400", "size=120").replace("difficulty=CHESS", "difficulty=1")
+        )
+    data["set"] = {
+        "budget_rollouts": 24,
+        "schedule": {
+            "weight_epochs": 0.1,
+            "harness_iterations": 2,
+            "fst_weight_epochs": 0.1,
+            "fst_iterations": 2,
+        },
+        "rsft": {"batch_tasks": 4, "samples": 2, "learning_rate": 1.0e-4},
+        "search": {
+            "proposer": "offline",
+            "candidates": 1,
+            "harness_tasks": 4,
+            "frontier_size": 1,
+            "check_tasks": 2,
+        },
+        "eval": {"k": 1, "limit": 3, "split": "test", "every": 8, "select_limit": 2, "select_k": 1},
+        "concurrency": 8,
+    }
+    grid = _write(tmp_path / "decisive-smoke.yaml", data)
+    out = tmp_path / "out"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "whale_train.cli", "compare", str(grid), "--out", str(out), "--jobs", "2"]
+    resumed = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert resumed.returncode == 2 and "holds no grid" in resumed.stderr  # nothing to resume yet
+    first = subprocess.Popen(
+        cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    deadline = time.monotonic() + 600
+    while not _finished(out):
+        assert first.poll() is None and time.monotonic() < deadline, "the grid ended or took 10 minutes"
+        time.sleep(0.5)
+    os.killpg(first.pid, signal.SIGKILL)  # the session ends: the grid and its running whale train runs
+    first.wait()
+    finished = _finished(out)
+    before = {name: (out / "runs" / name / "ledger.jsonl").read_bytes() for name in finished}
+    assert 1 <= len(finished) < 10 and (out / ".compare.lock").exists()  # the dead grid's lock is left behind
+    second = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"10 runs: {len(finished)} finished" in second.stdout
+    table = json.loads((out / "compare.json").read_text())
+    assert sorted(table["invocation"]["skipped"]) == sorted(finished)
+    assert not set(table["invocation"]["ran"]) & set(finished)
+    assert {n: (out / "runs" / n / "ledger.jsonl").read_bytes() for n in finished} == before
+    assert table["finished_runs"] == 10 and all(r["finished"] for r in table["runs"].values())
+    for run_id, r in table["runs"].items():
+        assert None not in (r["best_mean"], r["final"], r["selected"]), run_id
+        assert r["final"] <= r["best_mean"] and r["selected"] <= r["best_mean"]
+        assert all("select_mean" in e for e in r["evals"]), run_id
+    rows = table["verdicts"]["selected"]["rows"]
+    assert {r["domain"] for r in rows} == {"math", "search"}
+    assert {r["claim"] for r in rows} == {1, 2, 3, 4} and all(r["verdict"] == "not resolved" for r in rows)
+    assert "## Verdicts" in (out / "compare.md").read_text()
+
+
+def _finished(out: Path) -> list[str]:
+    names = []
+    for p in (out / "runs").glob("*/ledger.jsonl") if (out / "runs").exists() else []:
+        lines = p.read_text().splitlines()
+        if lines and json.loads(lines[-1]).get("event") == "stop" and (p.parent / "state.json").exists():
+            names.append(p.parent.name)
+    return sorted(names)

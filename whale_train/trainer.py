@@ -58,7 +58,19 @@ class EvalConfig(Config):
     k: int = option(8, "samples per task (mean@k)")
     limit: int = option(200, "tasks of the split to use (0 = all)")
     split: str = option("test", "the held-out split")
-    every: str = option("phase", "phase (after every phase and at the end) or unit (after every unit: slow)")
+    every: str | int = option(
+        "phase",
+        "phase (after every phase and at the end), unit (after every unit: slow), or a number of rollouts N "
+        "(at the start, after the unit that crosses each multiple of N, and at the end, never at a phase end: "
+        "every method of a budget then gets the same evaluations, whatever its phases)",
+    )
+    select_limit: int = option(
+        0,
+        "tasks of the harness split also scored at every evaluation (0 = none), so that a rule can pick a "
+        "run's model and harness without looking at the test split (whale compare's 'selected' number); "
+        "recorded as select_mean / select_se of the eval event",
+    )
+    select_k: int = option(1, "samples per task of that harness-split score")
 
 
 @dataclass
@@ -104,10 +116,12 @@ class TrainConfig(Config):
             raise ValueError(f"harness: {self.env} has no registered base harness; name its h0 file")
         if self.budget_rollouts < 1:
             raise ValueError("budget_rollouts must be positive")
-        if self.eval.every not in ("phase", "unit"):
-            raise ValueError("eval.every must be 'phase' or 'unit'")
+        if self.eval.every not in ("phase", "unit") and not str(self.eval.every).isdigit():
+            raise ValueError("eval.every must be 'phase', 'unit' or a number of rollouts")
         if self.eval.k < 1 or self.eval.limit < 0:
             raise ValueError("eval.k must be at least 1 and eval.limit at least 0 (0 = all)")
+        if self.eval.select_k < 1 or self.eval.select_limit < 0:
+            raise ValueError("eval.select_k must be at least 1 and eval.select_limit at least 0 (0 = none)")
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         parse_report_to(self.report_to)
@@ -453,6 +467,8 @@ class Run:
 
         result.update(model_version=version, harness=self.harness.name, k=e.k, split=e.split)
         result["errors"] = first_errors(trajs)  # failures in sight: the first message of each kind
+        if e.select_limit:
+            result.update(self._select_score(version))
         out = self.dir / "eval"
         out.mkdir(exist_ok=True)
         _atomic_write(out / f"{key}.json", json.dumps(result, indent=1, default=str))
@@ -462,6 +478,7 @@ class Run:
             {
                 "event": "eval",
                 **{k: result[k] for k in ("model_version", "harness", "mean", "se", "k", "tasks")},
+                **{k: result[k] for k in ("select_mean", "select_se") if k in result},
             }
         )
         self.log(
@@ -472,6 +489,31 @@ class Run:
                 f"  {name} in {err['episodes']} of {len(trajs)} test episodes; first: {err['first'][:200]}"
             )
         return result
+
+    def _select_score(self, version: int) -> dict[str, Any]:
+        """mean@select_k on the first ``select_limit`` tasks of the harness split (its own sample seed): what
+        a selection rule may look at instead of the test split."""
+        e = self.config.eval
+        import gymnasium as gym
+
+        env = gym.make(self.config.env, split="harness", **self.config.env_kwargs).unwrapped
+        trajs = run_rollouts(
+            self.harness,
+            self.config.env,
+            self.llm,
+            env.task_ids[: e.select_limit],
+            env_kwargs={"split": "harness", **self.config.env_kwargs},
+            config=RolloutConfig(
+                k=e.select_k,
+                seed=20_000 + self.config.seed,
+                concurrency=self.config.concurrency,
+                trusted=self.harness.shipped,
+            ),
+        )
+        stop_if_interrupted()
+        check_model(trajs, f"the selection score of model v{version}")
+        summary = summarize(trajs)
+        return {"select_mean": summary["mean"], "select_se": summary["se"], "select_tasks": summary["tasks"]}
 
     # -------------------------------------------------------------- the loop
 
@@ -537,13 +579,19 @@ class Run:
                 }
             )
             self.units += 1
-            if self.config.eval.every == "unit":
+            every = self.config.eval.every
+            if every == "unit":
                 self.evaluate()
+            elif every != "phase" and (self.state.rollouts - rollouts) // int(
+                every
+            ) < self.state.rollouts // int(every):
+                self.evaluate()  # this unit crossed a multiple of eval.every rollouts
             self._save_state()
         return self.summary()
 
     def _end_phase(self, decision: ScheduleDecision) -> None:
-        if self.state.phase:
+        by_rollouts = self.config.eval.every not in ("phase", "unit")
+        if self.state.phase and (decision.action == "stop" or not by_rollouts):
             self.evaluate()
 
     def _weight_unit(self) -> tuple[dict[str, Any], int]:

@@ -1,0 +1,175 @@
+"""Running the grid: every unfinished run as a ``whale train`` subprocess (or a Ray task), the run
+states that make ``--resume`` skip finished runs and continue killed ones, one writer per folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from whale_train import placement
+from whale_train.compare.markdown import to_markdown
+from whale_train.compare.plan import CompareConfig, plan, run_state
+from whale_train.compare.plots import plot_ablation, plot_accuracy
+from whale_train.compare.table import build_table, reproduction
+from whale_train.placement import train_one
+
+
+class _Lock:
+    """One ``whale compare`` per output folder at a time."""
+
+    def __init__(self, out: Path):
+        self.path = out / ".compare.lock"
+
+    def __enter__(self) -> _Lock:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            pid = int(self.path.read_text().strip() or "0")
+            if _alive(pid):
+                raise RuntimeError(
+                    f"another whale compare (pid {pid}) is writing to {self.path.parent}"
+                ) from None
+            self.path.unlink(missing_ok=True)
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_grid(
+    cfg: CompareConfig,
+    out: str | Path,
+    *,
+    jobs: int = 1,
+    log: Callable[[str], None] = print,
+    train: Callable[..., int] = train_one,
+    reference: dict[str, Any] | None = None,
+    devices: placement.DevicePool | None = None,
+    ray: placement.RayPlacement | None = None,
+    domains: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Run (or continue) every unfinished run of the grid, then write the table and plots. Returns the
+    table (``compare.json``) with ``invocation``: what this call ran, skipped and failed, and, given a
+    ``reference`` table (an earlier ``compare.json``), ``reproduction``: see :func:`reproduction`.
+
+    Placement (see :mod:`whale_train.placement`): with ``devices``, each job leases its own GPUs and
+    ``train`` is called with a third argument, ``{"CUDA_VISIBLE_DEVICES": ...}``; with ``ray``, every
+    run is submitted at once as a Ray task (``train`` is not used) and Ray places them. With ``domains``,
+    only the runs of those domains are run (a grid run in parts, a domain at a time); the table is always
+    built from every finished run."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = plan(cfg)
+    unique = {r.config.name: r for r in reversed(runs)}  # the first spec of each distinct config
+    states = {name: run_state(out / "runs" / name, r.config) for name, r in unique.items()}
+    stale = sorted(n for n, s in states.items() if s == "stale")
+    if stale:
+        raise ValueError(
+            f"{out}/runs holds runs of another config: {', '.join(stale)}; remove them or choose another --out"
+        )
+    with _Lock(out):
+        (out / "grid.yaml").write_text(yaml.safe_dump(cfg.source, sort_keys=False))
+        (out / "configs").mkdir(exist_ok=True)
+        todo = []
+        for name in dict.fromkeys(r.config.name for r in runs):  # plan order
+            path = out / "configs" / f"{name}.yaml"
+            text = yaml.safe_dump(unique[name].config.to_dict(), sort_keys=False)
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+            if states[name] == "partial":
+                saved = out / "runs" / name / "config.yaml"
+                if saved.read_text() != text:  # the same config, written before a TrainConfig field was
+                    saved.write_text(text)  # added: as this version writes it, so that --resume accepts it
+            if states[name] != "done" and (domains is None or unique[name].domain in domains):
+                todo.append(name)
+        skipped = sorted(n for n, s in states.items() if s == "done")
+        log(
+            f"{len(unique)} runs: {len(skipped)} finished, "
+            f"{sum(states[n] == 'partial' for n in todo)} to continue, {sum(states[n] == 'new' for n in todo)} to start"
+            f" ({jobs} at a time)"
+        )
+        started = time.monotonic()
+        failed: list[str] = []
+        done = [0]
+        lock = threading.Lock()
+
+        def work(name: str) -> None:
+            t0 = time.monotonic()
+            log(f"  start {name} ({states[name]})")
+            config_path, run_dir = out / "configs" / f"{name}.yaml", out / "runs" / name
+            if ray is not None:
+                rc = ray.run(config_path, run_dir)
+            elif devices is not None:
+                with devices.lease() as leased:
+                    visible = ",".join(leased)
+                    placement.record_placement(run_dir, via="local", devices=visible)
+                    rc = train(config_path, run_dir, {"CUDA_VISIBLE_DEVICES": visible})
+            else:
+                rc = train(config_path, run_dir)
+            with lock:
+                done[0] += 1
+                if rc != 0:
+                    failed.append(name)
+                status = "done" if rc == 0 else f"FAILED (exit {rc}; see {out / 'runs' / name / 'train.log'})"
+                log(f"  [{done[0]}/{len(todo)}] {name}: {status} in {time.monotonic() - t0:.0f} s")
+
+        if todo:
+            if ray is not None:  # Ray queues the tasks its cluster cannot place yet
+                jobs = len(todo)
+            elif devices is not None:
+                jobs = min(jobs, devices.slots)
+            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                list(pool.map(work, todo))
+        wall = time.monotonic() - started
+        table = build_table(cfg, runs, out)
+        table["invocation"] = {
+            "ran": todo,
+            "skipped": skipped,
+            "failed": sorted(failed),
+            "jobs": jobs,
+            "wall_seconds": round(wall, 1),
+        }
+        if reference is not None:
+            table["reproduction"] = reproduction(table, reference)
+        write_table(table, out)
+    return table
+
+
+def write_table(table: dict[str, Any], out: Path) -> Path:
+    """``compare.json``, ``compare.md`` and ``plots/`` in ``out``."""
+    plots_dir = out / "plots"
+    plots_dir.mkdir(exist_ok=True)
+    plots = {}
+    for domain in table["domains"]:
+        path = plot_accuracy(table, domain, plots_dir / f"accuracy_{domain}.png")
+        plots[domain] = str(path.relative_to(out))
+    if table.get("ablation"):
+        plots["ablation"] = str(plot_ablation(table, plots_dir / "ablation.png").relative_to(out))
+    table["plots"] = plots
+    (out / "compare.json").write_text(json.dumps(table, indent=1))
+    path = out / "compare.md"
+    path.write_text(to_markdown(table, plots))
+    return path
