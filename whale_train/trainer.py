@@ -42,6 +42,7 @@ from whale_envs import MATH_ID
 from whale_train import distributed
 from whale_train.config_io import Config, describe, option
 from whale_train.domains import domain_for
+from whale_train.files import atomic_write_text
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
 from whale_train.rsft import RSFT, ModelFailure, RSFTConfig, check_model
@@ -273,7 +274,7 @@ class Run:
                 raise ValueError(
                     f"{self.dir}/config.yaml differs from the config given: resume with the same config"
                 )
-        _atomic_write(self.dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+        atomic_write_text(self.dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
         self.llm = llm if llm is not None else self._load_llm()
         self.schedule = make_schedule(config.method, config.schedule)
         self.rsft: RSFT | None = None
@@ -395,7 +396,7 @@ class Run:
             "elapsed": self.elapsed_before + time.monotonic() - self.started,
             "resume_from": resume_dir,
         }
-        _atomic_write(self.dir / "state.json", json.dumps(state, indent=1))
+        atomic_write_text(self.dir / "state.json", json.dumps(state, indent=1))
         for old in (self.dir / "checkpoints").glob("resume-*"):
             if old.name != resume_dir:
                 shutil.rmtree(old, ignore_errors=True)
@@ -471,7 +472,7 @@ class Run:
             result.update(self._select_score(version))
         out = self.dir / "eval"
         out.mkdir(exist_ok=True)
-        _atomic_write(out / f"{key}.json", json.dumps(result, indent=1, default=str))
+        atomic_write_text(out / f"{key}.json", json.dumps(result, indent=1, default=str))
         write_jsonl(trajs, out / f"{key}.traces.jsonl")
         self.evaluated.add(key)
         self._ledger(
@@ -700,21 +701,12 @@ def _no_progress(_description: str, _total: int):
     yield lambda: None
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _truncate_lines(path: Path, n: int) -> None:
     if not path.exists():
         return
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     if len(lines) != n:
-        _atomic_write(path, "".join(lines[:n]))
+        atomic_write_text(path, "".join(lines[:n]))
 
 
 # ------------------------------------------------------------------------------------------ CLI

@@ -41,14 +41,14 @@ def _install(point: str, unit: int) -> None:
 
             setattr(trainer.Run, name, wrapped)
     elif point == "before_state":
-        write = trainer._atomic_write
+        write = trainer.atomic_write_text
 
-        def atomic_write(path, text):
+        def atomic_write_text(path, text):
             if path.name == "state.json" and json.loads(text)["units"] == unit:
                 _kill()
-            write(path, text)
+            return write(path, text)
 
-        trainer._atomic_write = atomic_write
+        trainer.atomic_write_text = atomic_write_text
     else:
         raise SystemExit(f"WHALE_CRASH_AT: unknown point {point!r} (unit_start, unit_done, before_state)")
 
