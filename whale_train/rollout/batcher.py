@@ -13,7 +13,9 @@ the moment its last reply came back (or it entered). A flush happens
   (start-up: forking its process, building its task);
 * always once the oldest job has waited ``max_hold`` seconds.
 
-Score jobs of many episodes go to the backend together when it has ``score_many`` (transformers:
+A backend that batches continuously itself (``continuous`` and ``submit``: vLLM's async engine) gets
+each sampling job the moment it is submitted, with no barrier. Score jobs of many episodes go to the
+backend together when it has ``score_many`` (transformers:
 the prompts share one forward pass). Jobs are answered in submission order within a batch; each request carries its own seed, so what a
 request samples does not depend on its batch mates (see ``whale_train.llm.base``).
 """
@@ -58,6 +60,9 @@ class Batcher:
         self._last_batch_s = 0.0
         self._closed = False
         self.batches: list[int] = []  # sizes of the complete() batches, for benchmarks and tests
+        #: The backend batches continuously itself (vLLM's async engine: ``submit``): sampling requests
+        #: go straight to it; score jobs still flush here.
+        self.continuous = bool(getattr(llm, "continuous", False)) and callable(getattr(llm, "submit", None))
         self._thread = threading.Thread(target=self._loop, name="whale-batcher", daemon=True)
         self._thread.start()
 
@@ -78,7 +83,31 @@ class Batcher:
             self._cv.notify_all()
 
     def submit_complete(self, requests: list[Request], owner: Any = None) -> Future:
-        return self._submit(_Job(Future(), owner, requests=requests))
+        job = _Job(Future(), owner, requests=requests)
+        if not self.continuous:
+            return self._submit(job)
+        # A continuous-batching backend takes each request as it comes: no flush, no turn barrier.
+        with self._cv:
+            if owner is not None:
+                self._busy.pop(owner, None)
+                self._fresh.discard(owner)
+                self._waiting[owner] = self._waiting.get(owner, 0) + 1
+        self.batches.append(len(requests))
+        try:
+            inner = self.llm.submit(requests)  # type: ignore[attr-defined]
+        except Exception as exc:
+            self._answer(job, exc=exc)
+            return job.future
+
+        def done(f: Future) -> None:
+            exc = f.exception()
+            if exc is not None:
+                self._answer(job, exc=exc)
+            else:
+                self._answer(job, f.result())
+
+        inner.add_done_callback(done)
+        return job.future
 
     def submit_score(self, prompt: Any, continuations: list[str], owner: Any = None) -> Future:
         return self._submit(_Job(Future(), owner, score=(prompt, continuations)))
