@@ -42,6 +42,12 @@ from whale_train.rollout.episode import Episode, EpisodeLimits
 from whale_train.rollout.records import Trajectory, stable_seed
 
 MAX_WORKER_RESTARTS = 3
+#: Envs outlive their rollout: an env is reset with its episode's seed and task before every episode,
+#: and building one costs ~7 ms (its task split), which at concurrency 128 was a second of start-up
+#: for every ``run_rollouts`` call of an RSFT step or a harness search. Per env id and kwargs.
+_ENV_POOL: dict[str, list[gym.Env]] = {}
+_POOL_LOCK = threading.Lock()
+MAX_POOLED_ENVS = 1024
 Job = tuple[str, int]  # (task id, sample index)
 
 
@@ -93,17 +99,29 @@ def run_rollouts(
     """
     config = config or RolloutConfig()
     env_kwargs = {"split": "test", **(env_kwargs or {})}
-    probe = gym.make(env_id, **env_kwargs)
+    # The registration is part of the key: an id registered again (a user env reloaded) gets new envs.
+    # (``module:EnvId`` is registered by the first ``gym.make``, under ``EnvId``.)
+    registration = gym.envs.registry.get(env_id.rsplit(":", 1)[-1])
+    pool_key = f"{env_id}@{id(registration)}" + json.dumps(env_kwargs, sort_keys=True, default=repr)
+
+    def make_env() -> gym.Env:
+        with _POOL_LOCK:
+            envs = _ENV_POOL.get(pool_key)
+            if envs:
+                return envs.pop()
+        return gym.make(env_id, **env_kwargs)
+
+    def recycle(env: gym.Env) -> None:
+        with _POOL_LOCK:
+            envs = _ENV_POOL.setdefault(pool_key, [])
+            if len(envs) < MAX_POOLED_ENVS:
+                envs.append(env)
+
+    probe = make_env()
     preflight(config, probe.unwrapped, harness)
     ids = list(task_ids) if task_ids is not None else list(probe.unwrapped.task_ids)
     jobs = [(task_id, s) for s in range(config.k) for task_id in ids]
-    envs: list[gym.Env] = [probe]
-
-    def make_env() -> gym.Env:
-        return envs.pop() if envs else gym.make(env_id, **env_kwargs)
-
-    def recycle(env: gym.Env) -> None:
-        envs.append(env)
+    recycle(probe)
 
     trajs = run_episodes(harness, env_id, llm, jobs, make_env, recycle, config, progress)
     order = {(t, s): i for i, (t, s) in enumerate((t, s) for t in ids for s in range(config.k))}
