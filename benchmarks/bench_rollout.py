@@ -87,7 +87,19 @@ def shipped() -> TransformersLLM:
 @pytest.mark.slow
 @pytest.mark.benchmark(group="rollout")
 @pytest.mark.parametrize(("env_id", "harness"), ENVS)
-def test_rollout_vs_raw_sampling_vs_one_at_a_time(benchmark, shipped, env_id, harness):
+def test_rollout_vs_raw_sampling_vs_one_at_a_time(benchmark, shipped, monkeypatch, env_id, harness):
+    """Also the rollout's time inside the model (the batcher's ``model_seconds``): the rest is start-up
+    and waiting for episodes busy in their env (math's sandboxed tool calls) or harness code."""
+    import whale_train.rollout.executors as executors
+
+    class Recorded(executors.Batcher):
+        last: executors.Batcher | None = None
+
+        def close(self):
+            super().close()
+            Recorded.last = self
+
+    monkeypatch.setattr(executors, "Batcher", Recorded)
     n = 8 if benchmark.disabled else 128  # `make test` only checks that it runs
     rounds = 1 if benchmark.disabled else 3
     ref = load_harness(harness)
@@ -99,11 +111,12 @@ def test_rollout_vs_raw_sampling_vs_one_at_a_time(benchmark, shipped, env_id, ha
 
     _, first = rollout(n)  # warm-up: generate the tasks, fill caches
     batches = turns(first)
-    raw_s, roll_s = [], []
+    raw_s, roll_s, model_s = [], [], []
     for _ in range(rounds):  # interleaved, so machine load affects both alike
         raw_s.append(in_thread(lambda: timed(lambda: [shipped.complete(b) for b in batches])[0]))
         t, trajs = rollout(n)
         roll_s.append(t)
+        model_s.append(Recorded.last.model_seconds)
         assert key(trajs) == key(first)  # same seeds, same trajectories, whatever the timing
     one_s, alone = rollout(1)
     assert key(alone) == key(first)
@@ -116,8 +129,10 @@ def test_rollout_vs_raw_sampling_vs_one_at_a_time(benchmark, shipped, env_id, ha
         turns=len(batches),
         raw_s=raw,
         rollout_s=roll,
+        in_model_s=statistics.median(model_s),
         one_at_a_time_s=one_s,
         rollout_over_raw=roll / raw,
+        in_model_over_raw=statistics.median(model_s) / raw,
         speedup_over_one_at_a_time=one_s / roll,
     )
 

@@ -60,6 +60,7 @@ class Batcher:
         self._last_batch_s = 0.0
         self._closed = False
         self.batches: list[int] = []  # sizes of the complete() batches, for benchmarks and tests
+        self.model_seconds = 0.0  # time spent in the backend's batch calls (the rest is waiting)
         #: The backend batches continuously itself (vLLM's async engine: ``submit``): sampling requests
         #: go straight to it; score jobs still flush here.
         self.continuous = bool(getattr(llm, "continuous", False)) and callable(getattr(llm, "submit", None))
@@ -163,6 +164,7 @@ class Batcher:
             with self._cv:
                 self._free_since = time.monotonic()
                 self._last_batch_s = self._free_since - start
+                self.model_seconds += self._last_batch_s
 
     def _answer(self, job: _Job, value: Any = None, exc: BaseException | None = None) -> None:
         """Resolve ``job``; its owner is busy from now on (marked before its episode can submit again)."""
