@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from whale_train.llm.base import Completion, Prompt, Request, cut_at_stop, fit_prompt
+from whale_train.llm.base import Completion, Prompt, Request, TokenizerPrompts, cut_at_stop, fit_prompt
 
 
-class TransformersLLM:
+class TransformersLLM(TokenizerPrompts):
     """An ``LLM`` over a transformers causal LM and its tokenizer.
 
     Args:
@@ -86,26 +86,7 @@ class TransformersLLM:
         cache = _out_cache(self.model(input_ids=ids, use_cache=True, logits_to_keep=1))
         return cache is not None and callable(getattr(cache, "reorder_cache", None))
 
-    # ------------------------------------------------------------------------------ prompts
-
-    @property
-    def has_chat_template(self) -> bool:
-        return bool(getattr(self.tokenizer, "chat_template", None))
-
-    def render(self, prompt: Prompt) -> str:
-        """The prompt text the model sees (chat messages go through the chat template)."""
-        if isinstance(prompt, str):
-            return prompt
-        if not self.has_chat_template:
-            raise ValueError(f"{self.name} has no chat template: pass the prompt as plain text")
-        return self.tokenizer.apply_chat_template(
-            prompt, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-        )
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    # ------------------------------------------------------------------------------ sampling
+    # ------------------------------------------------------------------------------ sampling (prompts: TokenizerPrompts)
 
     @torch.inference_mode()
     def complete(self, requests: Sequence[Request]) -> list[Completion]:

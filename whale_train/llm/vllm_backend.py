@@ -27,7 +27,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from whale_train.llm.base import Completion, Prompt, Request, cut_at_stop, fit_prompt
+from whale_train.llm.base import Completion, Prompt, Request, TokenizerPrompts, cut_at_stop, fit_prompt
 from whale_train.llm.weights import check_push, checkpoint_tensors, engine_names
 
 #: The vLLM release the ``gpu`` extra pins and this module is written against.
@@ -52,7 +52,7 @@ def model_files(model: str) -> Path:
     return Path(snapshot_download(model, local_files_only=True))
 
 
-class VLLMLLM:
+class VLLMLLM(TokenizerPrompts):
     """``LLM`` over an in-process ``vllm.LLM`` engine.
 
     Args:
@@ -127,20 +127,6 @@ class VLLMLLM:
         hf = json_file(files / "config.json")
         self.architecture = (hf.get("architectures") or [""])[0]
         self.checkpoint = checkpoint_tensors(files)  # what the engine loaded: each push is checked against it
-
-    @property
-    def has_chat_template(self) -> bool:
-        return bool(getattr(self.tokenizer, "chat_template", None))
-
-    def render(self, prompt: Prompt) -> str:
-        if isinstance(prompt, str):
-            return prompt
-        return self.tokenizer.apply_chat_template(
-            prompt, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-        )
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _prepared(self, requests: list[Request], final_only: bool = False) -> tuple[list, list, list]:
         from vllm import SamplingParams
