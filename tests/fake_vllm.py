@@ -32,8 +32,11 @@ of vLLM 0.33.0 that WHALE relies on, each mirroring the vLLM source named here:
 
 from __future__ import annotations
 
+import asyncio
+import enum
 import json
 import os
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -154,10 +157,31 @@ def _msgpack_check(value: Any) -> None:
     raise TypeError(f"can not serialize {type(value).__name__!r} object")
 
 
+class RequestOutputKind(enum.Enum):  # vllm/sampling_params.py
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
+
+
 class SamplingParams:
-    def __init__(self, temperature=1.0, top_p=1.0, max_tokens=16, stop=None, seed=None, prompt_logprobs=None):
+    def __init__(
+        self,
+        temperature=1.0,
+        top_p=1.0,
+        max_tokens=16,
+        stop=None,
+        seed=None,
+        prompt_logprobs=None,
+        output_kind=RequestOutputKind.CUMULATIVE,
+    ):
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.stop, self.seed, self.prompt_logprobs = stop, seed, prompt_logprobs
+        self.output_kind = output_kind
+
+
+#: Simulated seconds per decoding step of the engine (a step advances every running request by one
+#: token). 0 in tests; the async-vs-barrier benchmark sets it, so the time is the schedule's.
+TOKEN_LATENCY = {"seconds": 0.0}
 
 
 ENGINE_ARGS = {
@@ -174,7 +198,7 @@ class LLM:
 
     instances: list[LLM] = []
 
-    def __init__(self, model: str, **engine_args: Any):
+    def __init__(self, model: str, _multiprocess: bool | None = None, **engine_args: Any):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from whale_train.llm.hf import TransformersLLM
@@ -189,7 +213,11 @@ class LLM:
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         self.sampler = TransformersLLM(text, self.tokenizer)
         self.model = FakeEngineModel(self.architecture, text, checkpoint_tensors(model))
-        self.multiprocess = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "1"
+        self.multiprocess = (
+            _multiprocess
+            if _multiprocess is not None
+            else os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "1"
+        )
         max_len = int(engine_args.get("max_model_len") or text.config.max_position_embeddings)
         self.model_config = types.SimpleNamespace(
             max_model_len=max_len, dtype=torch.float32, runner_type="generate"
@@ -230,15 +258,8 @@ class LLM:
         from whale_train.llm.base import SamplingParams as WhaleParams
 
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
-        limit = self.model_config.max_model_len
         for p in prompts:  # every prompt is validated before any runs
-            n = len(p["prompt_token_ids"])
-            if n == 0:
-                raise VLLMValidationError("The decoder prompt cannot be empty")
-            if n >= limit:
-                raise VLLMValidationError(
-                    f"The decoder prompt (length {n}) is longer than the maximum model length of {limit}."
-                )
+            self.validate(p)
         outs: list[Any] = [None] * len(prompts)
         batch, where = [], []
         for i, (p, sp) in enumerate(zip(prompts, params, strict=True)):
@@ -251,14 +272,27 @@ class LLM:
             where.append(i)
         sampled = self.sampler._sample(batch) if batch else []  # one batch; each row seeded by its request
         for i, (ids, _), (new, finish) in zip(where, batch, sampled, strict=True):
-            body = [t for t in new if t not in self.sampler.eos_ids]
-            out = types.SimpleNamespace(
-                text=self.tokenizer.decode(body, skip_special_tokens=True),
-                token_ids=new,
-                finish_reason=finish,
-            )
-            outs[i] = types.SimpleNamespace(outputs=[out], prompt_token_ids=ids, prompt_logprobs=None)
+            outs[i] = self.output(ids, new, finish)
+        # A generate() call is a static batch: it returns when its longest request is done.
+        time.sleep(TOKEN_LATENCY["seconds"] * max((len(new) for new, _ in sampled), default=0))
         return outs
+
+    def validate(self, prompt: dict) -> None:
+        """vllm/v1/engine/input_processor.py, ``_validate_prompt_len``."""
+        n, limit = len(prompt["prompt_token_ids"]), self.model_config.max_model_len
+        if n == 0:
+            raise VLLMValidationError("The decoder prompt cannot be empty")
+        if n >= limit:
+            raise VLLMValidationError(
+                f"The decoder prompt (length {n}) is longer than the maximum model length of {limit}."
+            )
+
+    def output(self, ids: list[int], new: list[int], finish: str) -> Any:
+        body = [t for t in new if t not in self.sampler.eos_ids]
+        out = types.SimpleNamespace(
+            text=self.tokenizer.decode(body, skip_special_tokens=True), token_ids=new, finish_reason=finish
+        )
+        return types.SimpleNamespace(outputs=[out], prompt_token_ids=ids, prompt_logprobs=None, finished=True)
 
     @torch.inference_mode()
     def _prompt_logprobs(self, ids: list[int]):
@@ -282,8 +316,129 @@ def install(monkeypatch) -> types.ModuleType:
     module.SamplingParams = SamplingParams
     module.__version__ = "0.33.0"
     monkeypatch.setitem(sys.modules, "vllm", module)
+    submodules = {
+        "vllm.sampling_params": {"SamplingParams": SamplingParams, "RequestOutputKind": RequestOutputKind},
+        "vllm.engine": {},
+        "vllm.engine.arg_utils": {"AsyncEngineArgs": AsyncEngineArgs},
+        "vllm.v1": {},
+        "vllm.v1.engine": {},
+        "vllm.v1.engine.async_llm": {"AsyncLLM": AsyncLLM},
+    }
+    for name, attrs in submodules.items():
+        sub = types.ModuleType(name)
+        for key, value in attrs.items():
+            setattr(sub, key, value)
+        monkeypatch.setitem(sys.modules, name, sub)
+    AsyncLLM.instances.clear()
     import whale_train.llm.vllm_backend as backend
 
     monkeypatch.setattr(backend, "vllm_available", lambda: True)
     LLM.instances.clear()
     return module
+
+
+# ------------------------------------------------------------------------------ the async engine
+
+
+class AsyncEngineArgs:
+    """``vllm.engine.arg_utils.AsyncEngineArgs``: a dataclass of engine fields (an unknown one is a TypeError)."""
+
+    def __init__(self, model: str, **fields: Any):
+        unknown = set(fields) - ENGINE_ARGS
+        if unknown:
+            raise TypeError(f"AsyncEngineArgs.__init__() got unexpected keyword arguments {sorted(unknown)}")
+        self.model, self.fields = model, fields
+
+
+class AsyncLLM:
+    """``vllm.v1.engine.async_llm.AsyncLLM`` (0.33.0), as WHALE uses it:
+
+    - ``from_engine_args(AsyncEngineArgs)``; the engine core always runs in another process
+      (``EngineCoreClient.make_async_mp_client``), so ``collective_rpc`` arguments are msgpack-checked;
+      ``collective_rpc`` and ``reset_prefix_cache`` are coroutines.
+    - ``generate(prompt, sampling_params, request_id)`` is an async generator: it must be iterated in a
+      running event loop (the output handler is a task of that loop), a request id may be in flight
+      once, a bad prompt fails that request only (``_validate_prompt_len`` per request), and with
+      ``RequestOutputKind.FINAL_ONLY`` it yields one output, ``finished=True``.
+    - Continuous batching: at every step the engine admits the requests that arrived since the last
+      one (they are sampled together, each row seeded by its request) and a request finishes after as
+      many steps (``TOKEN_LATENCY`` each) as it has tokens, whatever its batch mates do.
+    """
+
+    instances: list[AsyncLLM] = []
+
+    def __init__(self, engine_args: AsyncEngineArgs):
+        self.core = LLM(engine_args.model, _multiprocess=True, **engine_args.fields)
+        self.model_config = self.core.model_config
+        self.rpcs = self.core.rpcs
+        self.prefix_resets = 0
+        self._arrived: list[tuple[list[int], Any, asyncio.Future]] = []
+        self._stepping: asyncio.Task | None = None
+        self._in_flight: set[str] = set()
+        self.steps: list[int] = []  # requests admitted at each step
+        AsyncLLM.instances.append(self)
+
+    @classmethod
+    def from_engine_args(cls, engine_args: AsyncEngineArgs, **_: Any) -> AsyncLLM:
+        return cls(engine_args)
+
+    async def generate(self, prompt, sampling_params, request_id):
+        loop = asyncio.get_running_loop()  # RuntimeError outside a running loop
+        if request_id in self._in_flight:
+            raise ValueError(f"Request id {request_id} already running.")
+        ids = list(prompt["prompt_token_ids"])
+        self.core.validate(prompt)
+        self._in_flight.add(request_id)
+        try:
+            if sampling_params.prompt_logprobs is not None:
+                out = self.core._prompt_logprobs(ids)
+                out.finished = True
+            else:
+                done = loop.create_future()
+                self._arrived.append((ids, sampling_params, done))
+                if self._stepping is None or self._stepping.done():
+                    self._stepping = loop.create_task(self._step())
+                out = await done
+            if sampling_params.output_kind is not RequestOutputKind.FINAL_ONLY:
+                yield types.SimpleNamespace(
+                    outputs=[types.SimpleNamespace(text="", token_ids=[])], finished=False
+                )
+            yield out
+        finally:
+            self._in_flight.discard(request_id)
+
+    async def _step(self) -> None:
+        from whale_train.llm.base import Request
+        from whale_train.llm.base import SamplingParams as WhaleParams
+
+        loop = asyncio.get_running_loop()
+        latency = TOKEN_LATENCY["seconds"]
+        while self._arrived:
+            batch, self._arrived = self._arrived, []
+            self.steps.append(len(batch))
+            rows = [
+                (
+                    ids,
+                    Request(
+                        "",
+                        WhaleParams(temperature=sp.temperature, top_p=sp.top_p, max_tokens=sp.max_tokens),
+                        seed=sp.seed or 0,
+                    ),
+                )
+                for ids, sp, _ in batch
+            ]
+            for (ids, _, done), (new, finish) in zip(batch, self.core.sampler._sample(rows), strict=True):
+                out = self.core.output(ids, new, finish)
+                loop.call_later(latency * len(new), lambda d=done, o=out: d.done() or d.set_result(o))
+            await asyncio.sleep(latency)  # the next step admits what arrived meanwhile
+
+    async def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        return self.core.collective_rpc(method, timeout, args, kwargs)
+
+    async def reset_prefix_cache(self, reset_running_requests=False, reset_connector=False) -> bool:
+        self.prefix_resets += 1
+        return True
+
+    @property
+    def model(self) -> FakeEngineModel:
+        return self.core.model

@@ -75,6 +75,39 @@ def test_score_is_the_summed_log_likelihood(llm):
         assert c.completion_ids == llm.encode(cont)
 
 
+def naive_scores(llm, prompt, conts) -> list[float]:
+    """Every option on the full sequence, a log-softmax over the vocabulary at every position."""
+    n = llm.encode(llm.render(prompt))
+    out = []
+    for cont in conts:
+        ids = n + llm.encode(cont)
+        with torch.no_grad():
+            logp = torch.log_softmax(llm.model(torch.tensor([ids])).logits[0].float(), -1)
+        out.append(sum(float(logp[len(n) + i - 1, tok]) for i, tok in enumerate(ids[len(n) :])))
+    return out
+
+
+SCORE_ITEMS = [
+    ("2+3=", ["5", "5 6 7", "<move>e2e4</move>"]),
+    ("A longer prompt, left-padded against the others: ", ["x", "\\boxed{12}"]),
+    ([{"role": "user", "content": "hi there"}], ["a b", "c"]),
+]
+
+
+def test_shared_prefix_scoring_gives_the_naive_numbers(llm, monkeypatch):
+    # Many prompts in one pass, their caches repeated per option; in chunks of 2 rows as well (the
+    # prompt cache is then copied per chunk), and on full sequences for a cache without row selection.
+    want = [naive_scores(llm, p, c) for p, c in SCORE_ITEMS]
+    for max_batch, compactable in ((128, True), (2, True), (2, False)):
+        monkeypatch.setattr(llm, "max_batch_size", max_batch)
+        monkeypatch.setattr(llm, "compactable", compactable)
+        got = llm.score_many(SCORE_ITEMS)
+        for (prompt, conts), scored, ref in zip(SCORE_ITEMS, got, want, strict=True):
+            assert [c.logprob for c in scored] == pytest.approx(ref, abs=1e-4)
+            assert [c.completion_ids for c in scored] == [llm.encode(c) for c in conts]
+            assert all(c.prompt_ids == llm.encode(llm.render(prompt)) for c in scored)
+
+
 def test_chat_messages_go_through_the_chat_template(llm):
     c = llm.complete([Request([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=4))])[0]
     assert c.prompt_text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"

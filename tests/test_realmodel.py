@@ -54,6 +54,20 @@ def test_qwen3_5_samples_per_row_whatever_the_batch_and_scores(hub_qwen3_5):
     assert [c.completion_ids for c in llm.complete(requests())] == [c.completion_ids for c in together]
     scores = llm.score("2+3=", ["5", "5 6 7"])
     assert all(s.logprob < 0 for s in scores) and scores[1].logprob < scores[0].logprob
+    # Shared-prefix scoring on the hybrid cache (linear-attention states repeated per option) gives
+    # the numbers of full sequences.
+    llm.compactable = True
+    items = [("2+3=", ["5", "5 6 7"]), ("A longer prompt, left-padded:", ["x y", "z"])]
+    full = []
+    for prompt, conts in items:
+        n = llm.encode(prompt)
+        for cont in conts:
+            ids = n + llm.encode(cont)
+            with torch.no_grad():
+                logp = torch.log_softmax(llm.model(torch.tensor([ids])).logits[0].float(), -1)
+            full.append(sum(float(logp[len(n) + i - 1, t]) for i, t in enumerate(ids[len(n) :])))
+    shared = [c.logprob for scored in llm.score_many(items) for c in scored]
+    assert shared == pytest.approx(full, abs=1e-4)
 
 
 def test_whale_eval_runs_the_qwen3_5_model(hub_qwen3_5, tmp_path, capsys):

@@ -18,6 +18,7 @@ VLLM_ONLY = {
     "max_model_len",
     "batch_invariant",
     "multiprocess",
+    "continuous",
     "tensor_parallel_size",
     "enforce_eager",
 }

@@ -110,3 +110,29 @@ def fit_prompt(ids: list[int], max_tokens: int, limit: int) -> list[int]:
     prompt is cut the same way whichever backend runs it; at least one prompt token is kept."""
     room = max(1, limit - max_tokens)
     return list(ids[-room:]) if len(ids) > room else list(ids)
+
+
+class TokenizerPrompts:
+    """Prompts through a transformers tokenizer (``self.tokenizer``, ``self.name``,
+    ``self.chat_template_kwargs``): the transformers and vLLM backends render and encode alike."""
+
+    tokenizer: Any
+    name: str
+    chat_template_kwargs: dict[str, Any]
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def render(self, prompt: Prompt) -> str:
+        """The prompt text the model sees (chat messages go through the chat template)."""
+        if isinstance(prompt, str):
+            return prompt
+        if not self.has_chat_template:
+            raise ValueError(f"{self.name} has no chat template: pass the prompt as plain text")
+        return self.tokenizer.apply_chat_template(
+            prompt, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -10,6 +10,7 @@ Prompts are left-padded; positions come from the attention mask.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,10 +18,10 @@ from typing import Any
 
 import torch
 
-from whale_train.llm.base import Completion, Prompt, Request, cut_at_stop, fit_prompt
+from whale_train.llm.base import Completion, Prompt, Request, TokenizerPrompts, cut_at_stop, fit_prompt
 
 
-class TransformersLLM:
+class TransformersLLM(TokenizerPrompts):
     """An ``LLM`` over a transformers causal LM and its tokenizer.
 
     Args:
@@ -85,26 +86,7 @@ class TransformersLLM:
         cache = _out_cache(self.model(input_ids=ids, use_cache=True, logits_to_keep=1))
         return cache is not None and callable(getattr(cache, "reorder_cache", None))
 
-    # ------------------------------------------------------------------------------ prompts
-
-    @property
-    def has_chat_template(self) -> bool:
-        return bool(getattr(self.tokenizer, "chat_template", None))
-
-    def render(self, prompt: Prompt) -> str:
-        """The prompt text the model sees (chat messages go through the chat template)."""
-        if isinstance(prompt, str):
-            return prompt
-        if not self.has_chat_template:
-            raise ValueError(f"{self.name} has no chat template: pass the prompt as plain text")
-        return self.tokenizer.apply_chat_template(
-            prompt, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-        )
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    # ------------------------------------------------------------------------------ sampling
+    # ------------------------------------------------------------------------------ sampling (prompts: TokenizerPrompts)
 
     @torch.inference_mode()
     def complete(self, requests: Sequence[Request]) -> list[Completion]:
@@ -226,44 +208,147 @@ class TransformersLLM:
 
     # ------------------------------------------------------------------------------ scoring
 
-    @torch.inference_mode()
     def score(self, prompt: Prompt, continuations: list[str]) -> list[Completion]:
-        """Summed log-likelihood of each continuation after ``prompt`` (one forward pass per chunk)."""
-        prompt_text = self.render(prompt)
-        prompt_ids = self.encode(prompt_text)
-        conts = [self.encode(c) for c in continuations]
-        results: list[Completion] = []
-        for start in range(0, len(conts), self.max_batch_size):
-            chunk = conts[start : start + self.max_batch_size]
-            seqs = [prompt_ids + c for c in chunk]
-            width = max(len(s) for s in seqs)
-            ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for row, s in enumerate(seqs):
-                ids[row, : len(s)] = torch.tensor(s)
-                mask[row, : len(s)] = 1
-            logits = (
-                self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device))
-                .logits.float()
-                .cpu()
+        """Summed log-likelihood of each continuation after ``prompt`` (see ``score_many``)."""
+        return self.score_many([(prompt, continuations)])[0]
+
+    @torch.inference_mode()
+    def score_many(self, items: Sequence[tuple[Prompt, list[str]]]) -> list[list[Completion]]:
+        """``score`` of many (prompt, continuations) pairs at once, in as few forward passes as fit.
+
+        Shared prefix: each prompt is encoded once (prompts batched, left-padded), its cache is
+        repeated once per continuation, and all continuations of all prompts run in one more forward
+        pass on those caches (right-padded: a causal model's outputs at real positions never see the
+        padding after them). Only the log-probabilities of the continuation tokens are computed
+        (logit minus logsumexp at those positions), not a log-softmax over every position of the
+        prompt. A model whose cache cannot select rows is scored on full sequences instead."""
+        prepared = []
+        for prompt, continuations in items:
+            text = self.render(prompt)
+            prepared.append((text, self.encode(text), [self.encode(c) for c in continuations]))
+        results: list[list[Completion]] = []
+        if not self.compactable:
+            for text, ids, conts in prepared:
+                lps = [
+                    lp
+                    for i in range(0, len(conts), self.max_batch_size)
+                    for lp in self._score_full(ids, conts[i : i + self.max_batch_size])
+                ]
+                results.append(self._scored(text, ids, conts, lps, items[len(results)][1]))
+            return results
+        # Groups of prompts whose continuations together fit in ``4 * max_batch_size`` rows.
+        group: list[int] = []
+        rows = 0
+        budget = 4 * self.max_batch_size
+        lps_of: dict[int, list[float]] = {}
+        for k, (_, _, conts) in enumerate(prepared):
+            if group and rows + len(conts) > budget:
+                lps_of.update(self._score_shared([prepared[i] for i in group], group))
+                group, rows = [], 0
+            group.append(k)
+            rows += len(conts)
+        if group:
+            lps_of.update(self._score_shared([prepared[i] for i in group], group))
+        return [
+            self._scored(text, ids, conts, lps_of[k], items[k][1])
+            for k, (text, ids, conts) in enumerate(prepared)
+        ]
+
+    def _scored(self, text, prompt_ids, conts, lps, continuations) -> list[Completion]:
+        return [
+            Completion(
+                text=continuations[j],
+                prompt_text=text,
+                prompt_ids=list(prompt_ids),
+                completion_ids=list(cont),
+                finish_reason="stop",
+                prompt_tokens=len(prompt_ids),
+                completion_tokens=len(cont),
+                logprob=lp,
             )
-            logp = torch.log_softmax(logits, dim=-1)
-            for row, cont in enumerate(chunk):
-                lp = sum(float(logp[row, len(prompt_ids) + t - 1, tok]) for t, tok in enumerate(cont))
-                text = continuations[start + row]
-                results.append(
-                    Completion(
-                        text=text,
-                        prompt_text=prompt_text,
-                        prompt_ids=list(prompt_ids),
-                        completion_ids=list(cont),
-                        finish_reason="stop",
-                        prompt_tokens=len(prompt_ids),
-                        completion_tokens=len(cont),
-                        logprob=lp,
-                    )
-                )
-        return results
+            for j, (cont, lp) in enumerate(zip(conts, lps, strict=True))
+        ]
+
+    def _score_shared(self, group: list, keys: list[int]) -> dict[int, list[float]]:
+        """Log-likelihoods for one group of (text, prompt ids, continuation ids): one forward of the
+        prompts, then the continuations on their repeated caches, in chunks of ``max_batch_size`` rows."""
+        prompts = [ids or [self.pad_id] for _, ids, _ in group]
+        width = max(map(len, prompts))
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            mask[row, width - len(ids) :] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+        )
+        last = out.logits[:, -1, :].float()
+        first_lp = last - torch.logsumexp(last, dim=-1, keepdim=True)  # [prompts, vocab]: the first token
+        prompt_cache = _out_cache(out)
+        flat = [(p, cont) for p, (_, _, conts) in enumerate(group) for cont in conts]
+        sums: list[float] = []
+        for start in range(0, len(flat), self.max_batch_size):
+            chunk = flat[start : start + self.max_batch_size]
+            owner = torch.tensor([p for p, _ in chunk], device=self.device)
+            head = first_lp[owner, torch.tensor([c[0] if c else 0 for _, c in chunk], device=self.device)]
+            tail = [0.0] * len(chunk)
+            length = max(len(c) for _, c in chunk)
+            if length > 1:
+                cache = prompt_cache if start + len(chunk) >= len(flat) else copy.deepcopy(prompt_cache)
+                select_rows(cache, owner)
+                ids = torch.full((len(chunk), length - 1), self.pad_id, dtype=torch.long)
+                cmask = torch.zeros_like(ids)
+                for row, (_, c) in enumerate(chunk):
+                    ids[row, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
+                    cmask[row, : len(c) - 1] = 1
+                ids, cmask = ids.to(self.device), cmask.to(self.device)
+                cpos = positions[owner, -1:] + 1 + torch.arange(length - 1, device=self.device)
+                logits = self.model(
+                    input_ids=ids,
+                    attention_mask=torch.cat([mask[owner], torch.ones_like(cmask)], dim=1),
+                    position_ids=cpos,
+                    use_cache=True,
+                    **{self._cache_arg: cache},
+                ).logits.float()
+                target = torch.full((len(chunk), length - 1), 0, dtype=torch.long)
+                for row, (_, c) in enumerate(chunk):
+                    target[row, : len(c) - 1] = torch.tensor(c[1:], dtype=torch.long)
+                target = target.to(self.device)
+                picked = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+                tail = (picked * cmask).sum(-1).double().cpu().tolist()
+            head = head.double().cpu().tolist()
+            sums += [(h + t) if c else 0.0 for h, t, (_, c) in zip(head, tail, chunk, strict=True)]
+        out_lps: dict[int, list[float]] = {}
+        i = 0
+        for key, (_, _, conts) in zip(keys, group, strict=True):
+            out_lps[key] = sums[i : i + len(conts)]
+            i += len(conts)
+        return out_lps
+
+    def _score_full(self, prompt_ids: list[int], chunk: list[list[int]]) -> list[float]:
+        """Log-likelihoods of ``chunk`` on full prompt + continuation sequences (no shared cache)."""
+        seqs = [prompt_ids + c for c in chunk]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, s in enumerate(seqs):
+            ids[row, : len(s)] = torch.tensor(s)
+            mask[row, : len(s)] = 1
+        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits.float()
+        n = len(prompt_ids)
+        out = []
+        for row, cont in enumerate(chunk):
+            if not cont:
+                out.append(0.0)
+                continue
+            rows = logits[row, n - 1 : n - 1 + len(cont)]
+            tok = torch.tensor(cont, device=rows.device).unsqueeze(-1)
+            out.append(
+                float((rows.gather(-1, tok).squeeze(-1) - torch.logsumexp(rows, dim=-1)).double().sum())
+            )
+        return out
 
 
 def _draw(

@@ -227,19 +227,19 @@ class Episode:
 
     def _op_complete(self, prompt: Any, params: dict[str, Any] | None = None) -> Future:
         reqs = self._requests([prompt], params or {})
-        return self._sampled(reqs, self.batcher.submit_complete(reqs), unwrap=True)
+        return self._sampled(reqs, self.batcher.submit_complete(reqs, owner=self), unwrap=True)
 
     def _op_sample(self, prompt: Any, n: int, params: dict[str, Any] | None = None) -> Future:
         if not isinstance(n, int) or n < 1:
             raise HarnessCallError(f"n must be a positive integer, got {n!r}")
         reqs = self._requests([prompt] * n, params or {})
-        return self._sampled(reqs, self.batcher.submit_complete(reqs), unwrap=False)
+        return self._sampled(reqs, self.batcher.submit_complete(reqs, owner=self), unwrap=False)
 
     def _op_complete_many(self, prompts: list[Any], params: dict[str, Any] | None = None) -> Future:
         if not isinstance(prompts, list) or not prompts:
             raise HarnessCallError("complete_many needs a non-empty list of prompts")
         reqs = self._requests(prompts, params or {})
-        return self._sampled(reqs, self.batcher.submit_complete(reqs), unwrap=False)
+        return self._sampled(reqs, self.batcher.submit_complete(reqs, owner=self), unwrap=False)
 
     def _scored(self, prompt: Any, options: list[str], choose: bool) -> Future:
         _check_prompt(prompt)
@@ -297,7 +297,7 @@ class Episode:
                 )
                 out.set_result(scores)
 
-        self.batcher.submit_score(prompt, options).add_done_callback(record)
+        self.batcher.submit_score(prompt, options, owner=self).add_done_callback(record)
         return out
 
     def _op_choose(self, prompt: Any, options: list[str]) -> Future:

@@ -17,6 +17,7 @@ episodes are recorded as failed without running, so one bad harness cannot stall
 
 from __future__ import annotations
 
+import itertools
 import json
 import queue
 import threading
@@ -24,7 +25,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,12 @@ from whale_train.rollout.episode import Episode, EpisodeLimits
 from whale_train.rollout.records import Trajectory, stable_seed
 
 MAX_WORKER_RESTARTS = 3
+#: Envs outlive their rollout: an env is reset with its episode's seed and task before every episode,
+#: and building one costs ~7 ms (its task split), which at concurrency 128 was a second of start-up
+#: for every ``run_rollouts`` call of an RSFT step or a harness search. Per env id and kwargs.
+_ENV_POOL: dict[str, list[gym.Env]] = {}
+_POOL_LOCK = threading.Lock()
+MAX_POOLED_ENVS = 1024
 Job = tuple[str, int]  # (task id, sample index)
 
 
@@ -92,17 +99,29 @@ def run_rollouts(
     """
     config = config or RolloutConfig()
     env_kwargs = {"split": "test", **(env_kwargs or {})}
-    probe = gym.make(env_id, **env_kwargs)
+    # The registration is part of the key: an id registered again (a user env reloaded) gets new envs.
+    # (``module:EnvId`` is registered by the first ``gym.make``, under ``EnvId``.)
+    registration = gym.envs.registry.get(env_id.rsplit(":", 1)[-1])
+    pool_key = f"{env_id}@{id(registration)}" + json.dumps(env_kwargs, sort_keys=True, default=repr)
+
+    def make_env() -> gym.Env:
+        with _POOL_LOCK:
+            envs = _ENV_POOL.get(pool_key)
+            if envs:
+                return envs.pop()
+        return gym.make(env_id, **env_kwargs)
+
+    def recycle(env: gym.Env) -> None:
+        with _POOL_LOCK:
+            envs = _ENV_POOL.setdefault(pool_key, [])
+            if len(envs) < MAX_POOLED_ENVS:
+                envs.append(env)
+
+    probe = make_env()
     preflight(config, probe.unwrapped, harness)
     ids = list(task_ids) if task_ids is not None else list(probe.unwrapped.task_ids)
     jobs = [(task_id, s) for s in range(config.k) for task_id in ids]
-    envs: list[gym.Env] = [probe]
-
-    def make_env() -> gym.Env:
-        return envs.pop() if envs else gym.make(env_id, **env_kwargs)
-
-    def recycle(env: gym.Env) -> None:
-        envs.append(env)
+    recycle(probe)
 
     trajs = run_episodes(harness, env_id, llm, jobs, make_env, recycle, config, progress)
     order = {(t, s): i for i, (t, s) in enumerate((t, s) for t in ids for s in range(config.k))}
@@ -180,21 +199,52 @@ def _run_in_process(harness, llm, jobs, new_episode, close_episode, batcher, con
         cls = type(cls.__name__, (cls,), {"examples": tuple(config.examples)})
     chat = bool(llm.has_chat_template)
 
-    def one(job: Job) -> Trajectory:
-        ep = new_episode(*job)
-        batcher.enter()
+    def play(ep: Episode) -> Trajectory:
         error = None
         try:
             call = _caller(ep)
             cls().run(EnvProxy(call), LLMProxy(call, chat))
         except Exception:  # one episode never breaks the evaluation
             error = "harness_error: " + traceback.format_exc(limit=8)[-4000:]
-        finally:
-            batcher.leave()
         return close_episode(ep, error)
 
-    with ThreadPoolExecutor(max_workers=max(1, config.concurrency), thread_name_prefix="episode") as pool:
-        return list(pool.map(one, jobs))
+    # ``concurrency`` threads, each playing episodes one after another. The first episodes are built
+    # and entered before any thread starts, and a thread enters its next episode before it leaves
+    # the last one, so the batcher never sees a slot as free while it is only between episodes (the
+    # first batch would otherwise flush with the few episodes whose thread happened to start first).
+    results: list[Trajectory | None] = [None] * len(jobs)
+    todo = iter(range(len(jobs)))
+    take = threading.Lock()
+    first = [(i, new_episode(*jobs[i])) for i in itertools.islice(todo, max(1, config.concurrency))]
+    for _, ep in first:
+        batcher.enter(ep)
+
+    failed: list[BaseException] = []
+
+    def slot(i: int, ep: Episode) -> None:
+        try:
+            while True:
+                results[i] = play(ep)
+                with take:
+                    i = next(todo, -1)
+                if i < 0:
+                    return
+                prev, ep = ep, new_episode(*jobs[i])
+                batcher.enter(ep)
+                batcher.leave(prev)
+        except BaseException as exc:  # the engine's own failure (not a harness's): raised below
+            failed.append(exc)
+        finally:
+            batcher.leave(ep)
+
+    threads = [threading.Thread(target=slot, args=job, name="episode", daemon=True) for job in first]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:
+        raise failed[0]
+    return results  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------------------------- worker
@@ -335,7 +385,7 @@ class _WorkerRun:
 
     def _fail_remaining(self, error: str) -> None:
         for ep in list(self.in_flight.values()):
-            self.batcher.leave()
+            self.batcher.leave(ep)
             self.results.append(self.close_episode(ep, error))
         self.in_flight.clear()
         while self.todo:
@@ -354,7 +404,7 @@ class _WorkerRun:
             eid = self.next_id
             self.next_id += 1
             self.in_flight[eid] = ep
-            self.batcher.enter()
+            self.batcher.enter(ep)
             self.worker.send({"op": "start", "episode": eid})
 
     def _handle(self, msg: dict) -> None:
@@ -371,7 +421,7 @@ class _WorkerRun:
             return  # a late message of an episode already ended (killed, timed out)
         if op == "done":
             del self.in_flight[eid]
-            self.batcher.leave()
+            self.batcher.leave(ep)
             error = msg.get("error")
             error = error if isinstance(error, str) or error is None else repr(error)[:4000]
             self.results.append(self.close_episode(ep, f"harness_error: {error}" if error else None))
@@ -414,7 +464,7 @@ class _WorkerRun:
             why = ep.overdue(now)
             if why:
                 del self.in_flight[eid]
-                self.batcher.leave()
+                self.batcher.leave(ep)
                 if self.worker is not None:
                     self.worker.send({"op": "kill", "episode": eid})
                 self.results.append(self.close_episode(ep, why))
@@ -434,7 +484,7 @@ class _WorkerRun:
                 f"harness_error: the worker process died (exit status {code}){hint}: {tail.strip()[-400:]}"
             )
         for ep in list(self.in_flight.values()):
-            self.batcher.leave()
+            self.batcher.leave(ep)
             self.results.append(self.close_episode(ep, error))
         self.in_flight.clear()
         self.worker.kill()

@@ -1,0 +1,95 @@
+"""The batcher's flush policy: a batch holds every in-flight episode that is about to call the model,
+an episode busy elsewhere for long does not hold the others back, and the score calls of many
+episodes reach the backend together."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from whale_train.llm.base import Request, SamplingParams
+from whale_train.llm.scripted import ScriptedLLM
+from whale_train.rollout import Batcher
+
+
+class Recording(ScriptedLLM):
+    """A scripted model that records the size of every batch and every score_many call it gets."""
+
+    def __init__(self):
+        super().__init__(lambda prompt: "ok")
+        self.completes: list[int] = []
+        self.score_calls: list[int] = []
+
+    def complete(self, requests):
+        self.completes.append(len(requests))
+        return super().complete(requests)
+
+    def score_many(self, items):
+        self.score_calls.append(len(items))
+        return [self.score(p, c) for p, c in items]
+
+
+def request(i: int) -> list[Request]:
+    return [Request(f"prompt {i}", SamplingParams(max_tokens=4), seed=i)]
+
+
+def test_the_first_batch_waits_for_every_episode_that_is_still_starting():
+    # Episodes whose first call comes 30 ms apart (slower than the old 10 ms quiet gap): one batch.
+    llm = Recording()
+    batcher = Batcher(llm, max_wait=0.005, max_hold=5.0)
+    owners = [batcher.enter() for _ in range(8)]
+    try:
+        futures = []
+        for i, owner in enumerate(owners):
+            futures.append(batcher.submit_complete(request(i), owner=owner))
+            time.sleep(0.03)
+        assert [f.result(timeout=10)[0].text for f in futures] == ["ok"] * 8
+        assert llm.completes == [8]
+    finally:
+        batcher.close()
+
+
+def test_an_episode_busy_elsewhere_does_not_hold_the_batch_past_the_patience():
+    llm = Recording()
+    batcher = Batcher(llm, max_wait=0.05, max_hold=30.0)
+    slow, quick = batcher.enter(), batcher.enter()
+    try:
+        first = [batcher.submit_complete(request(i), owner=o) for i, o in enumerate((slow, quick))]
+        [f.result(timeout=10) for f in first]  # both busy since the reply
+        start = time.monotonic()
+        # `slow` is in a long tool call (never submits); `quick` asks again and is served after the
+        # patience (max_wait, or half the last batch), not after max_hold.
+        batcher.submit_complete(request(1), owner=quick).result(timeout=10)
+        assert time.monotonic() - start < 5.0
+        assert llm.completes == [2, 1]
+    finally:
+        batcher.close()
+
+
+def test_a_busy_episode_that_answers_soon_joins_the_batch():
+    llm = Recording()
+    batcher = Batcher(llm, max_wait=1.0, max_hold=30.0)
+    a, b = batcher.enter(), batcher.enter()
+    try:
+        first = batcher.submit_complete(request(0), owner=a)
+        threading.Timer(0.1, lambda: batcher.submit_complete(request(1), owner=b)).start()
+        first.result(timeout=10)
+        assert llm.completes == [2]  # flushed when b arrived, well before max_wait ran out
+        batcher.leave(b)
+        batcher.submit_complete(request(2), owner=a).result(timeout=10)  # alone in flight: no wait
+        assert llm.completes == [2, 1]
+    finally:
+        batcher.close()
+
+
+def test_the_score_calls_of_many_episodes_go_to_the_backend_together():
+    llm = Recording()
+    batcher = Batcher(llm)
+    owners = [batcher.enter() for _ in range(5)]
+    try:
+        futures = [batcher.submit_score(f"p{i}", ["a", "bc"], owner=o) for i, o in enumerate(owners)]
+        results = [f.result(timeout=10) for f in futures]
+        assert llm.score_calls == [5]
+        assert all(len(r) == 2 and r[0].text == "a" for r in results)
+    finally:
+        batcher.close()
