@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -373,8 +374,10 @@ class Run:
     def _train_model(self) -> Any:
         """The module RSFT trains: the transformers backend's own model (None: trained in place), or for a
         backend that takes pushed weights (vLLM) a transformers copy on the GPU in float32 (bf16 autocast
-        comes from ``rsft.bf16``; float32 master weights keep updates at lr ~1e-6 from rounding away)."""
-        if not hasattr(self.llm, "load_weights"):
+        comes from ``rsft.bf16``; float32 master weights keep updates at lr ~1e-6 from rounding away).
+        Under sharding (FSDP2 / ZeRO-3) the transformers backend also gets a separate training copy: the
+        sharded module can only run a forward with every rank, and rank 0 samples alone."""
+        if not hasattr(self.llm, "load_weights") and not distributed.sharded():
             return None
         import torch
         from transformers import AutoModelForCausalLM
@@ -476,7 +479,7 @@ class Run:
             self._rsft().restore(self.dir / "checkpoints" / state["resume_from"])
             if isinstance(self.rsft.trainer, distributed.DistributedTrainer):
                 self.rsft.trainer.load(self.dir / "checkpoints" / state["resume_from"])
-            if hasattr(self.llm, "load_weights"):  # vLLM: the engine gets the restored weights
+            if self.rsft.pushes:  # vLLM, or a rollout copy: the engine gets the restored weights
                 self.rsft.push()
         self.llm.version = state["model_version"]
         if state["harness"] != self.harness.name:
@@ -838,7 +841,11 @@ def follow_run(config: TrainConfig) -> int:
         extra = torch.load(Path(checkpoint) / "rsft_state.pt", weights_only=False)
         trainer.optimizer_state = extra["optimizer"]
 
-    distributed.follow(trainer, load=load)
+    try:
+        distributed.follow(trainer, load=load)
+    except distributed.RankLost as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
