@@ -58,12 +58,17 @@ def main(out: Path, keep_optimizer: bool, n: int, batch: int, save: str | None, 
     state = driver.full_state_dict() or model.state_dict()  # under FSDP2 the model holds a share only
     state = {k: v.detach().cpu().clone() for k, v in state.items()}
     optimizer = driver.full_optimizer_state()
+    from torch.distributed.tensor import DTensor
+
+    local = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in model.parameters())
+    held = local / sum(p.numel() for p in model.parameters())  # under FSDP2: this rank's share
     if world_size > 1:
         driver.stop()
     out.mkdir(parents=True, exist_ok=True)
     steps = [int(s["step"]) for s in optimizer["state"].values()] if keep_optimizer else []
     torch.save(
-        {"weights": state, "losses": losses, "adam_steps": steps, "world_size": world_size}, out / "result.pt"
+        {"weights": state, "losses": losses, "adam_steps": steps, "world_size": world_size, "held": held},
+        out / "result.pt",
     )
 
 

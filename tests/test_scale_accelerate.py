@@ -1,7 +1,9 @@
-"""The weight phase under ``accelerate launch``: two CPU processes (DDP over gloo), rank 0 driving and
-both training, give the same update as one process on the same global batch, with the AdamW state
-carried across RSFT steps by the Trainer's own optimizer (no pre-built one); and a whole ``whale train``
-on two ranks gives the run of one process."""
+"""The weight phase under ``accelerate launch``: two CPU processes (DDP over gloo, or FSDP2 with the
+shipped configs/accelerate/fsdp2.yaml), rank 0 driving and both training, give the same update as one
+process on the same global batch, with the AdamW state carried across RSFT steps by the Trainer's own
+optimizer (no pre-built one); an FSDP2 checkpoint (gathered from both ranks' shards) resumes to the same
+weights; a whole ``whale train`` on two ranks gives the run of one process; a follower whose rank 0
+dies stops at once with a clear error."""
 
 from __future__ import annotations
 
@@ -42,14 +44,21 @@ def _one_process(out: Path, keep: int = 1) -> dict:
     return torch.load(out / "result.pt")
 
 
-def _accelerate(out: Path, processes: int) -> dict:
+FSDP2 = ROOT / "configs" / "accelerate" / "fsdp2.yaml"
+
+
+def _accelerate(out: Path, processes: int, *extra: str, config: Path | None = None) -> dict:
     # `accelerate launch --cpu` starts one process whatever --num_processes says; the multi-process
     # launcher (torchrun underneath) with no visible GPU is how accelerate runs several CPU ranks
     accelerate = Path(sys.executable).parent / "accelerate"
+    how = (
+        ["--config_file", str(config)]
+        if config
+        else ["--multi_gpu", "--num_machines", "1", "--dynamo_backend", "no"]
+    )
     cmd = [
-        str(accelerate), "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29531",
-        str(SCRIPT), str(out), *SHAPE,
+        str(accelerate), "launch", *how, "--num_processes", str(processes), "--mixed_precision", "no",
+        "--main_process_port", "29531", str(SCRIPT), str(out), *SHAPE, *extra,
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -82,6 +91,72 @@ def test_two_processes_give_the_update_of_one(tmp_path):
     # divides by the root of tiny second moments); a missing optimizer state is 100x further off
     assert _relative(one["weights"], two["weights"], base) < 1e-3
     assert _relative(one["weights"], fresh["weights"], base) > 0.1
+
+
+@pytest.mark.slow
+def test_fsdp2_on_two_ranks_gives_the_update_of_one_and_its_checkpoint_resumes(tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from whale_train.llm import default_model
+
+    base = AutoModelForCausalLM.from_pretrained(default_model(), dtype=torch.float32).state_dict()
+    checkpoint = tmp_path / "checkpoint"
+    one = _one_process(tmp_path / "one")
+    two = _accelerate(tmp_path / "two", 2, "--save", str(checkpoint), config=FSDP2)
+    # each rank held about half of every parameter: the model really was sharded
+    assert two["world_size"] == 2 and 0.4 < two["held"] < 0.6 and one["held"] == 1.0
+    assert set(two["adam_steps"]) == {4}  # the sharded AdamW state carried across the two train() calls
+    assert _relative(one["weights"], two["weights"], base) < 1e-4
+    # the checkpoint after the first call is what one process writes: whole tensors, whole AdamW state
+    saved = load_file(str(checkpoint / "model.safetensors"))
+    assert all(saved[k].shape == base[k].shape for k in saved) and "model.embed_tokens.weight" in saved
+    state = torch.load(checkpoint / "rsft_state.pt", weights_only=False)["optimizer"]["state"]
+    shapes = {tuple(v.shape) for v in base.values()}
+    assert len(state) > 10 and all(tuple(v["exp_avg"].shape) in shapes for v in state.values())
+    assert {int(v["step"]) for v in state.values()} == {2}  # 7 examples in batches of 4: two AdamW steps
+    assert not any(type(v["exp_avg"]).__name__ == "DTensor" for v in state.values())
+    # two new ranks resume from it (each cuts its share out of the whole state) and end where the
+    # uninterrupted run ended
+    resumed = _accelerate(tmp_path / "resumed", 2, "--resume", str(checkpoint), config=FSDP2)
+    assert set(resumed["adam_steps"]) == {4}
+    assert _relative(two["weights"], resumed["weights"], base) < 1e-5
+
+
+@pytest.mark.slow
+def test_a_follower_stops_at_once_when_rank_0_dies(tmp_path):
+    """A follower rank of `whale train` waits for rank 0's commands; when rank 0 is killed it stops
+    within seconds with a one-line error naming rank 0, instead of waiting out the 12-hour timeout."""
+    import signal
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    driver = "from whale_train import distributed; distributed._group(); print('ready', flush=True); input()"
+    rank0 = subprocess.Popen(
+        [sys.executable, "-c", driver], env={**env, "RANK": "0", "LOCAL_RANK": "0"},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "whale_train.cli", "train", "demo", "--out", str(tmp_path / "run")],
+        env={**env, "RANK": "1", "LOCAL_RANK": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert rank0.stdout.readline().strip() == "ready"  # both ranks are in the process group
+        time.sleep(1.0)  # the follower waits in its command loop
+        rank0.send_signal(signal.SIGKILL)
+        start = time.monotonic()
+        _, err = follower.communicate(timeout=60)
+        assert time.monotonic() - start < 30
+    finally:
+        for proc in (rank0, follower):
+            if proc.poll() is None:
+                proc.kill()
+    assert follower.returncode == 1
+    assert "rank 1: rank 0 (the driver) is gone" in err and "Traceback" not in err
 
 
 def test_per_device_batch_splits_the_global_batch():

@@ -345,7 +345,12 @@ class Trainer:
         return full_state_dict(self.model)
 
     def full_optimizer_state(self) -> dict[str, Any] | None:
-        """The whole optimizer state, as one process holds it (under sharding: gathered from all ranks)."""
+        """The whole optimizer state, as one process holds it (under FSDP2: gathered from all ranks).
+        Under DeepSpeed ZeRO-3 the state is DeepSpeed's own flat partitions, which this does not gather:
+        None (a checkpoint then resumes with a fresh AdamW, and says so)."""
+        if any(hasattr(p, "ds_id") for p in self.model.parameters()):
+            log.warning("ZeRO-3: the checkpoint holds no optimizer state; a resumed run starts a fresh AdamW")
+            return None
         return full_tensors(self.optimizer_state)
 
     def train(self, examples: list[Example]) -> tuple[float, int]:

@@ -221,7 +221,7 @@ def shipped_configs() -> list[str]:
     return sorted(
         str(p.relative_to(SHIPPED_CONFIGS).with_suffix(""))
         for p in SHIPPED_CONFIGS.rglob("*.yaml")
-        if p.parent.name != "compare"
+        if p.parent.name not in ("compare", "accelerate")  # grids; accelerate launch configs
     )
 
 
