@@ -12,7 +12,8 @@ whole global batches with rows that train on nothing, ``training_rows``), so eac
 process on the whole batch (the loss is normalized by the tokens of all ranks). The
 other ranks run ``follow``: wait for a command from rank 0, do it, wait again, until ``stop``. Their
 model starts as rank 0's: the Trainer's DDP wrapper broadcasts rank 0's parameters when it wraps
-the model (every step), and a resumed run sends its checkpoint path to every rank (``load``).
+the model (every step); under FSDP2 every rank loaded the same checkpoint (LoRA adapters from the same
+seed), so the shards fit together; a resumed run sends its checkpoint path to every rank (``load``).
 
 Under sharding (FSDP2, or ZeRO-3 through accelerate's DeepSpeed plugin: ``sharded()``) a rank holds only
 its share of each parameter and of the AdamW state, so anything that reads the whole model is a

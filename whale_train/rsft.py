@@ -653,6 +653,10 @@ def save_checkpoint(trainer: Any, path: Path, extra: dict[str, Any] | None = Non
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     state = trainer.full_state_dict()  # None: the model's own state_dict is whole
+    if state is not None:  # tied parameters once, under their first name, as save_pretrained writes them
+        unique = {name for name, _ in trainer.model.named_parameters()}
+        tied = {name for name, _ in trainer.model.named_parameters(remove_duplicate=False)} - unique
+        state = {k: v for k, v in state.items() if k not in tied}
     trainer.model.save_pretrained(path, **({} if state is None else {"state_dict": state}))
     if trainer.tokenizer is not None:
         trainer.tokenizer.save_pretrained(path)
