@@ -896,9 +896,15 @@ def cmd_train(args) -> int:
                 highlight=False,
             )
             return 1
+        except distributed.RankLost as exc:  # a training rank died: `--resume` continues from the last unit
+            from rich.markup import escape
+
+            console.print(f"[red]error:[/] {escape(str(exc))}; `whale train --out {out} --resume` continues")
+            return 1
     finally:
         if distributed.world()[1] > 1:
-            distributed.stop_followers()
+            with contextlib.suppress(distributed.RankLost):  # a rank that is gone cannot be told to stop
+                distributed.stop_followers()
     table = Table(title=f"{config.name}: {config.method} on {config.env}")
     table.add_column("metric")
     table.add_column("value", justify="right")
