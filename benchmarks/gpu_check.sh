@@ -14,6 +14,9 @@
 #   parity bfloat16     the same in bfloat16
 #   batch-invariant     with VLLM_BATCH_INVARIANT a seeded sample is the same alone and in a batch
 #   whale cycle         a short `whale train` of configs/gpu/math_whale.yaml: RSFT steps, a harness phase
+#   multi-gpu           where more than one GPU is visible, benchmarks/gpu_check_multi.sh (tensor parallel,
+#                       vllm serve replicas, accelerate DDP and FSDP2, compare --gpus-per-run); on one GPU
+#                       it says it was skipped
 #
 #   bash benchmarks/gpu_check.sh [MODEL]     (default Qwen/Qwen3.5-2B, from the Hugging Face cache)
 #
@@ -92,5 +95,18 @@ print(f"whale cycle: {'PASS' if ok else 'FAIL'} {len(weight)} RSFT steps "
       f"test mean@{evals[-1]['k'] if evals else '?'} {[round(100 * e['mean'], 1) for e in evals]}")
 sys.exit(0 if ok else 1)
 PY
+# Beyond one GPU (docs/SCALING.md): the multi-GPU step, where more than one GPU is visible.
+GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+if [ "$GPUS" -gt 1 ]; then
+  echo "multi-gpu: $GPUS GPUs visible, running benchmarks/gpu_check_multi.sh"
+  if OUT="$OUT" PYTHON="$PY" timeout --signal=KILL 1800 bash benchmarks/gpu_check_multi.sh 2> "$OUT/multi.log"; then
+    echo "multi-gpu: PASS"
+  else
+    status=1
+    echo "multi-gpu: FAIL $(tail -n 1 "$OUT/multi.log") (log: $OUT/multi.log)"
+  fi
+else
+  echo "multi-gpu: skipped ($GPUS GPU visible; the multi-GPU step needs 2 or more)"
+fi
 echo "gpu_check: $([ $status -eq 0 ] && echo all passed || echo FAILED) in $((SECONDS - START)) s (logs in $OUT/)"
 exit "$status"

@@ -6,7 +6,10 @@
 #      version with the same weight checksums, and the ledger has the push time of every update;
 #   3. `accelerate launch` on 2 GPUs (DDP) trains a short cycle whose ledger matches one process's
 #      (but for the loss and wall-clock fields);
-#   4. `whale compare --gpus-per-run 1` runs the smoke grid's first seed with disjoint GPUs per job.
+#   4. the same cycle under FSDP2 (configs/accelerate/fsdp2.yaml: every parameter and the AdamW state
+#      sharded over the 2 GPUs, gathered for each push, checkpoint and evaluation copy): its ledger is
+#      one process's and its checkpoints hold whole tensors (resuming from one: a CPU test);
+#   5. `whale compare --gpus-per-run 1` runs the smoke grid's first seed with disjoint GPUs per job.
 # On a machine with fewer than 2 GPUs it prints that the steps were skipped and exits 0.
 #
 #   bash benchmarks/gpu_check_multi.sh [MODEL_DIR]      (default: the shipped tiny model)
@@ -18,7 +21,7 @@ BIN=$(dirname "$PY")
 export HF_HUB_OFFLINE=1
 GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 if [ "$GPUS" -lt 2 ]; then
-  echo "gpu_check_multi: $GPUS GPU(s) here; the multi-GPU steps (tensor parallel, vllm serve replicas with NCCL weight sync, accelerate DDP, compare --gpus-per-run) were skipped: they need 2 or more."
+  echo "gpu_check_multi: $GPUS GPU(s) here; the multi-GPU steps (tensor parallel, vllm serve replicas with NCCL weight sync, accelerate DDP and FSDP2, compare --gpus-per-run) were skipped: they need 2 or more."
   exit 0
 fi
 "$PY" -c "import vllm, ray, accelerate" 2>/dev/null || {
@@ -32,12 +35,12 @@ SHORT=(--set "model=$MODEL" --set budget_rollouts=400 --set eval.limit=20 --set 
        --set rsft.batch_tasks=16 --set rsft.samples=4 --set search.harness_tasks=16 --no-report)
 fail() { echo "gpu_check_multi: $1 (logs in $OUT)" >&2; exit 1; }
 
-echo "1/4 tensor parallel: vllm in-process, tensor_parallel_size=2"
+echo "1/5 tensor parallel: vllm in-process, tensor_parallel_size=2"
 CUDA_VISIBLE_DEVICES=0,1 "$PY" -m whale_train.cli train configs/math/whale.yaml --set backend=vllm \
   --set tensor_parallel_size=2 --set rsft.bf16=true "${SHORT[@]}" --out "$OUT/tp2" > "$OUT/tp2.log" 2>&1 \
   || { tail -n 30 "$OUT/tp2.log" >&2; fail "the TP=2 cycle failed"; }
 
-echo "2/4 replicas: two vllm serve on GPU 1 and GPU $((GPUS > 2 ? 2 : 1)), weights broadcast from GPU 0"
+echo "2/5 replicas: two vllm serve on GPU 1 and GPU $((GPUS > 2 ? 2 : 1)), weights broadcast from GPU 0"
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 for i in 0 1; do
@@ -77,7 +80,7 @@ PY
 for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 PIDS=()
 
-echo "3/4 accelerate launch, 2 GPUs (DDP): rank 0 drives, both train"
+echo "3/5 accelerate launch, 2 GPUs (DDP): rank 0 drives, both train"
 CUDA_VISIBLE_DEVICES=0 "$PY" -m whale_train.cli train configs/math/whale.yaml "${SHORT[@]}" --out "$OUT/one" \
   > "$OUT/one.log" 2>&1 || fail "the one-process cycle failed"
 CUDA_VISIBLE_DEVICES=0,1 "$BIN/accelerate" launch --multi_gpu --num_processes 2 --num_machines 1 \
@@ -95,7 +98,30 @@ print(f"  ledger events equal to one process's: {same} of {len(a)} (bf16 / GPU k
 assert b[-1]["event"] == "stop"
 PY
 
-echo "4/4 whale compare --gpus-per-run 1 --jobs $GPUS"
+echo "4/5 accelerate launch, 2 GPUs, FSDP2 (configs/accelerate/fsdp2.yaml): rank 0 drives, both hold shards"
+CUDA_VISIBLE_DEVICES=0,1 "$BIN/accelerate" launch --config_file configs/accelerate/fsdp2.yaml --num_processes 2 \
+  --mixed_precision no -m whale_train.cli train configs/math/whale.yaml "${SHORT[@]}" \
+  --out "$OUT/fsdp2" > "$OUT/fsdp2.log" 2>&1 || { tail -n 30 "$OUT/fsdp2.log" >&2; fail "the FSDP2 cycle failed"; }
+"$PY" - "$OUT" <<'PY' || fail "FSDP2 check failed"
+import json, sys
+from pathlib import Path
+from safetensors.torch import load_file
+out = Path(sys.argv[1])
+def ledger(run):
+    strip = lambda x: {k: strip(v) for k, v in x.items() if not k.endswith("seconds") and k != "loss"} if isinstance(x, dict) else x
+    return [strip(json.loads(l)) for l in (out / run / "ledger.jsonl").read_text().splitlines()]
+a, b = ledger("one"), ledger("fsdp2")
+same = sum(x == y for x, y in zip(a, b))
+print(f"  ledger events equal to one process's: {same} of {len(a)} (GPU kernels may move a sample)")
+versions = sorted(int(p.name) for p in (out / "fsdp2" / "checkpoints").iterdir() if p.name.isdigit())
+one = load_file(str(next((out / "one" / "checkpoints").glob("1/model.safetensors"))))
+two = load_file(str(out / "fsdp2" / "checkpoints" / "1" / "model.safetensors"))
+assert one.keys() == two.keys() and all(one[k].shape == two[k].shape for k in one), "the FSDP2 checkpoint is not whole"
+assert b[-1]["event"] == "stop" and versions, "the FSDP2 cycle saved no model version"
+print(f"  {len(versions)} model versions saved whole from the shards")
+PY
+
+echo "5/5 whale compare --gpus-per-run 1 --jobs $GPUS"
 "$PY" -m whale_train.cli compare configs/compare/smoke.yaml --gpus-per-run 1 --jobs "$GPUS" \
   --out "$OUT/compare" > "$OUT/compare.log" 2>&1 || { tail -n 20 "$OUT/compare.log" >&2; fail "compare failed"; }
 "$PY" - "$OUT/compare" <<'PY' || fail "placement check failed"
@@ -108,4 +134,4 @@ for p in Path(sys.argv[1]).glob("runs/*/placement.jsonl"):
 print(f"  {len(spans)} runs on devices {sorted({d for d, _ in spans})}")
 assert spans and all(d and len(d.split(",")) == 1 for d, _ in spans)
 PY
-echo "gpu_check_multi: all 4 steps passed on $GPUS GPUs"
+echo "gpu_check_multi: all 5 steps passed on $GPUS GPUs"

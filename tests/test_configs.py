@@ -30,8 +30,13 @@ GPU = {
 
 
 def train_configs() -> list[Path]:
-    """Every train config (configs/compare/ holds `whale compare` grids, tested with the compare command)."""
-    return sorted(p for p in CONFIGS.rglob("*.yaml") if "compare" not in p.relative_to(CONFIGS).parts)
+    """Every train config (configs/compare/ holds `whale compare` grids, tested with the compare command;
+    configs/accelerate/ holds `accelerate launch` configs, tested in test_scale_accelerate.py)."""
+    return sorted(
+        p
+        for p in CONFIGS.rglob("*.yaml")
+        if not {"compare", "accelerate"} & set(p.relative_to(CONFIGS).parts)
+    )
 
 
 @pytest.mark.parametrize("path", train_configs(), ids=lambda p: str(p.relative_to(CONFIGS)))

@@ -1,7 +1,9 @@
-"""The weight phase under ``accelerate launch``: two CPU processes (DDP over gloo), rank 0 driving and
-both training, give the same update as one process on the same global batch, with the AdamW state
-carried across RSFT steps by the Trainer's own optimizer (no pre-built one); and a whole ``whale train``
-on two ranks gives the run of one process."""
+"""The weight phase under ``accelerate launch``: two CPU processes (DDP over gloo, or FSDP2 with the
+shipped configs/accelerate/fsdp2.yaml), rank 0 driving and both training, give the same update as one
+process on the same global batch, with the AdamW state carried across RSFT steps by the Trainer's own
+optimizer (no pre-built one); an FSDP2 checkpoint (gathered from both ranks' shards) resumes to the same
+weights; a whole ``whale train`` on two ranks gives the run of one process; when a rank dies, the
+other stops at once with a clear error."""
 
 from __future__ import annotations
 
@@ -35,21 +37,28 @@ def _env() -> dict[str, str]:
 SHAPE = ["--examples", "7", "--batch", "4"]
 
 
-def _one_process(out: Path, keep: int = 1) -> dict:
-    cmd = [sys.executable, str(SCRIPT), str(out), "--keep-optimizer", str(keep), *SHAPE]
+def _one_process(out: Path, *extra: str, keep: int = 1) -> dict:
+    cmd = [sys.executable, str(SCRIPT), str(out), "--keep-optimizer", str(keep), *SHAPE, *extra]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return torch.load(out / "result.pt")
 
 
-def _accelerate(out: Path, processes: int) -> dict:
+FSDP2 = ROOT / "configs" / "accelerate" / "fsdp2.yaml"
+
+
+def _accelerate(out: Path, processes: int, *extra: str, config: Path | None = None) -> dict:
     # `accelerate launch --cpu` starts one process whatever --num_processes says; the multi-process
     # launcher (torchrun underneath) with no visible GPU is how accelerate runs several CPU ranks
     accelerate = Path(sys.executable).parent / "accelerate"
+    how = (
+        ["--config_file", str(config)]
+        if config
+        else ["--multi_gpu", "--num_machines", "1", "--dynamo_backend", "no"]
+    )
     cmd = [
-        str(accelerate), "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29531",
-        str(SCRIPT), str(out), *SHAPE,
+        str(accelerate), "launch", *how, "--num_processes", str(processes), "--mixed_precision", "no",
+        "--main_process_port", "29531", str(SCRIPT), str(out), *SHAPE, *extra,
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -84,6 +93,83 @@ def test_two_processes_give_the_update_of_one(tmp_path):
     assert _relative(one["weights"], fresh["weights"], base) > 0.1
 
 
+@pytest.mark.slow
+def test_fsdp2_on_two_ranks_gives_the_update_of_one_and_its_checkpoint_resumes(tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from whale_train.llm import default_model
+
+    base = AutoModelForCausalLM.from_pretrained(default_model(), dtype=torch.float32).state_dict()
+    checkpoint = tmp_path / "checkpoint"
+    one = _one_process(tmp_path / "one", "--save", str(tmp_path / "one" / "checkpoint"))
+    two = _accelerate(tmp_path / "two", 2, "--save", str(checkpoint), config=FSDP2)
+    # each rank held about half of every parameter: the model really was sharded
+    assert two["world_size"] == 2 and 0.4 < two["held"] < 0.6 and one["held"] == 1.0
+    assert set(two["adam_steps"]) == {4}  # the sharded AdamW state carried across the two train() calls
+    assert _relative(one["weights"], two["weights"], base) < 1e-4
+    # the checkpoint after the first call is what one process writes: whole tensors, whole AdamW state
+    saved = load_file(str(checkpoint / "model.safetensors"))
+    written = load_file(str(tmp_path / "one" / "checkpoint" / "model.safetensors"))  # one process's save
+    assert saved.keys() == written.keys() and all(saved[k].shape == written[k].shape for k in saved)
+    state = torch.load(checkpoint / "rsft_state.pt", weights_only=False)["optimizer"]["state"]
+    shapes = {tuple(v.shape) for v in base.values()}
+    assert len(state) > 10 and all(tuple(v["exp_avg"].shape) in shapes for v in state.values())
+    assert {int(v["step"]) for v in state.values()} == {2}  # 7 examples in batches of 4: two AdamW steps
+    assert not any(type(v["exp_avg"]).__name__ == "DTensor" for v in state.values())
+    # two new ranks resume from it (each cuts its share out of the whole state) and end where the
+    # uninterrupted run ended
+    resumed = _accelerate(tmp_path / "resumed", 2, "--resume", str(checkpoint), config=FSDP2)
+    assert set(resumed["adam_steps"]) == {4}
+    assert _relative(two["weights"], resumed["weights"], base) < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("killed", [0, 1], ids=["rank 0 killed", "follower killed"])
+def test_a_rank_stops_at_once_when_the_other_dies(tmp_path, killed):
+    """`whale train` on two ranks: when one rank is killed, the other stops within seconds with a one-line
+    error naming what was lost (rank 0's says how to resume), instead of waiting out the 12-hour timeout."""
+    import signal
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    rank = lambda r: {**env, "RANK": str(r), "LOCAL_RANK": str(r)}  # noqa: E731  (what torchrun sets)
+    joins = "from whale_train import distributed; distributed._group(); print('ready', flush=True); input()"
+    victim = subprocess.Popen(
+        [sys.executable, "-c", joins],
+        env=rank(killed),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    survivor = subprocess.Popen(
+        [sys.executable, "-m", "whale_train.cli", "train", "demo", "--no-report", "--out", str(tmp_path / "run")],
+        env=rank(1 - killed), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert victim.stdout.readline().strip() == "ready"  # both ranks are in the process group
+        time.sleep(
+            1.0
+        )  # the survivor waits in a collective (the follower's command loop, rank 0's first step)
+        victim.send_signal(signal.SIGKILL)
+        start = time.monotonic()
+        out, err = survivor.communicate(timeout=120)
+        assert time.monotonic() - start < 60
+    finally:
+        for proc in (victim, survivor):
+            if proc.poll() is None:
+                proc.kill()
+    assert survivor.returncode == 1 and "Traceback" not in err
+    if killed == 0:
+        assert "rank 1: rank 0 (the driver) is gone" in err
+    else:
+        assert "rank 0: a training rank is gone" in out and "--resume` continues" in out
+
+
 def test_per_device_batch_splits_the_global_batch():
     assert per_device_batch(16, 1) == 16 and per_device_batch(16, 4) == 4
     with pytest.raises(ValueError, match="not a multiple of the 3 training processes"):
@@ -91,7 +177,7 @@ def test_per_device_batch_splits_the_global_batch():
 
 
 @pytest.mark.slow
-def test_whale_train_on_two_ranks_is_the_run_of_one(tmp_path):
+def test_whale_train_on_two_ranks_is_the_run_of_one_with_ddp_and_fsdp2(tmp_path):
     import yaml
     from safetensors.torch import load_file
 
@@ -106,13 +192,17 @@ def test_whale_train_on_two_ranks_is_the_run_of_one(tmp_path):
     )
     assert one.returncode == 0, one.stderr[-3000:]
     accelerate = Path(sys.executable).parent / "accelerate"
-    cmd = [
-        str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
-        *train, str(tmp_path / "two"),
-    ]  # fmt: skip
-    two = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=ROOT)
-    assert two.returncode == 0, two.stderr[-3000:]
+    launchers = {  # DDP; FSDP2 with the shipped config (rank 0 then samples from an unsharded copy)
+        "ddp": ["--multi_gpu", "--num_machines", "1", "--dynamo_backend", "no"],
+        "fsdp2": ["--config_file", str(FSDP2)],
+    }
+    for name, how in launchers.items():
+        cmd = [
+            str(accelerate), "launch", *how, "--num_processes", "2", "--mixed_precision", "no",
+            "--main_process_port", "29533", *train, str(tmp_path / name),
+        ]  # fmt: skip
+        two = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=ROOT)
+        assert two.returncode == 0, two.stderr[-3000:]
 
     def ledger(run: str) -> list[dict]:  # rank 0's loss is its own share's; wall-clock fields differ
         def strip(x):
@@ -125,16 +215,17 @@ def test_whale_train_on_two_ranks_is_the_run_of_one(tmp_path):
         ]
 
     # rank 0 drove rollouts, evaluations and the ledger alone; the other rank only trained
-    events = ledger("two")
-    assert events == ledger("one") and events[-1]["event"] == "stop"
     versions = sorted(int(p.name) for p in (tmp_path / "one" / "checkpoints").iterdir() if p.name.isdigit())
     assert len(versions) >= 3
     from whale_train.llm import default_model
 
     base = load_file(str(Path(default_model()) / "model.safetensors"))
     a = load_file(str(tmp_path / "one" / "checkpoints" / str(versions[-1]) / "model.safetensors"))
-    b = load_file(str(tmp_path / "two" / "checkpoints" / str(versions[-1]) / "model.safetensors"))
-    assert _relative(a, b, base) < 1e-3
+    for name in launchers:
+        events = ledger(name)
+        assert events == ledger("one") and events[-1]["event"] == "stop", name
+        b = load_file(str(tmp_path / name / "checkpoints" / str(versions[-1]) / "model.safetensors"))
+        assert a.keys() == b.keys() and _relative(a, b, base) < 1e-3, name
 
 
 @pytest.mark.slow

@@ -26,7 +26,17 @@ import gymnasium as gym
 
 from harnesses.loader import HarnessRef
 from whale_train.config_io import Config, at_least, option
-from whale_train.distributed import per_device_batch, training_rows, world
+from whale_train.distributed import (
+    already_sharded,
+    fsdp_on_cpu,
+    full_state_dict,
+    full_tensors,
+    gathered,
+    per_device_batch,
+    shard_like,
+    training_rows,
+    world,
+)
 from whale_train.rollout import LLMCall, RolloutConfig, Trajectory, run_rollouts, summarize
 
 log = logging.getLogger(__name__)
@@ -292,8 +302,27 @@ class RSFTUpdater:
         self.bf16 = config.bf16 if config.bf16 is not None else torch.cuda.is_available()
         # The AdamW state carried from step to step (``keep_optimizer``), saved and resumed with the run.
         # The HF Trainer builds the optimizer itself each step (it refuses a pre-built one under FSDP).
+        # Under FSDP2 each rank holds its share of it (sharded like the parameters).
         self.optimizer_state: dict[str, Any] | None = None
         self._scratch = tempfile.TemporaryDirectory(prefix="whale-rsft-")
+
+    def gathered(self) -> Any:
+        """A context with the full parameters in ``self.model`` (one process: as they are; under
+        sharding every rank enters it, ``distributed.DistributedUpdater.gathered``)."""
+        return gathered(self.model)
+
+    def full_state_dict(self) -> dict[str, Any] | None:
+        """The model's whole ``state_dict`` when it is sharded (None: ``state_dict()`` is whole)."""
+        return full_state_dict(self.model)
+
+    def full_optimizer_state(self) -> dict[str, Any] | None:
+        """The whole optimizer state, as one process holds it (under FSDP2: gathered from all ranks).
+        Under DeepSpeed ZeRO-3 the state is DeepSpeed's own flat partitions, which this does not gather:
+        None (a checkpoint then resumes with a fresh AdamW, and says so)."""
+        if any(hasattr(p, "ds_id") for p in self.model.parameters()):
+            log.warning("ZeRO-3: the checkpoint holds no optimizer state; a resumed run starts a fresh AdamW")
+            return None
+        return full_tensors(self.optimizer_state)
 
     def train(self, examples: list[Example]) -> tuple[float, int]:
         """One fine-tuning pass; returns (mean training loss, completion tokens trained on)."""
@@ -302,6 +331,7 @@ class RSFTUpdater:
         from trl import SFTConfig, SFTTrainer
 
         datasets.disable_progress_bars()
+        fsdp_on_cpu()  # accelerate launch with FSDP on CPU ranks (the tests): see there
         cfg = self.config
         rows, distributed_args = training_rows(examples, cfg, self.tokenizer)  # (under accelerate: see there)
         kwargs = sft_arguments(cfg, self._scratch.name, self.bf16)
@@ -309,12 +339,13 @@ class RSFTUpdater:
         args = SFTConfig(**kwargs)
         for key, value in distributed_args.items():
             setattr(args, key, value)
-        trainer = SFTTrainer(
-            model=self.model,
-            args=args,
-            train_dataset=datasets.Dataset.from_list(rows),
-            processing_class=self.tokenizer,
-        )
+        with already_sharded(self.model):  # FSDP2: the first step sharded the model in place
+            trainer = SFTTrainer(
+                model=self.model,
+                args=args,
+                train_dataset=datasets.Dataset.from_list(rows),
+                processing_class=self.tokenizer,
+            )
         trainer.remove_callback(PrinterCallback)  # the step report carries the loss
         if cfg.keep_optimizer:
             trainer.add_callback(carry_optimizer_state(self))
@@ -342,7 +373,9 @@ def carry_optimizer_state(holder: Any) -> Any:
                 return
             if len(saved["param_groups"]) != len(optimizer.param_groups):
                 saved = _regroup(saved, optimizer, [p for p in holder.model.parameters() if p.requires_grad])
-            optimizer.load_state_dict(saved)
+            optimizer.load_state_dict(
+                shard_like(saved, optimizer)
+            )  # a checkpoint's full state: this rank's share
 
         def on_train_end(self, args, state, control, optimizer=None, **kwargs):
             holder.optimizer_state = optimizer.state_dict()
@@ -429,6 +462,9 @@ class RSFT:
         harness: the current harness (``HarnessRef``); the trainer swaps it between phases.
         env_id, env_kwargs: the env and its task source; the stream runs over the ``train`` split.
         checkpoint_dir: where model versions are saved (``<dir>/<version>/``), if ``save_checkpoints``.
+        train_model: the module to train when it is not ``llm.model`` (vLLM; or a transformers backend
+            under sharding, whose rollout model must not be the sharded one: it gets the gathered
+            weights after each step).
     """
 
     def __init__(
@@ -456,6 +492,8 @@ class RSFT:
         self.trainer = RSFTUpdater(model, self.tokenizer, config)
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.steps_done = 0
+        # the rollout backend holds its own weights, which get the trained ones after each step
+        self.pushes = hasattr(llm, "load_weights") or train_model is not None
 
     @property
     def steps_per_epoch(self) -> float:
@@ -519,7 +557,7 @@ class RSFT:
 
     def _publish(self) -> None:
         """Hand the new weights to the rollout backend and save the version."""
-        if hasattr(self.llm, "load_weights"):
+        if self.pushes:
             self.push()
         else:  # transformers: the same module was trained in place
             self.llm.version = int(getattr(self.llm, "version", 0)) + 1
@@ -528,29 +566,31 @@ class RSFT:
 
     def push(self) -> None:
         """Push the trained weights into a backend that takes them (vLLM): detached, LoRA merged into
-        the base weights under the base names (``llm.weights.trained_weights``)."""
+        the base weights under the base names (``llm.weights.trained_weights``); under sharding the
+        full parameters are gathered from every rank for it. A transformers backend beside a separate
+        training model (under sharding) gets them copied into its own model."""
         from whale_train.llm.weights import trained_weights
 
-        self.llm.load_weights(trained_weights(self.trainer.model))
+        with self.trainer.gathered():
+            weights = trained_weights(self.trainer.model)
+            if hasattr(self.llm, "load_weights"):
+                self.llm.load_weights(weights)
+            else:
+                import torch
+
+                own = dict(self.llm.model.named_parameters())
+                with torch.no_grad():
+                    for name, tensor in weights:
+                        own[name].copy_(tensor.to(own[name].device, own[name].dtype))
+                self.llm.version = int(getattr(self.llm, "version", 0)) + 1
 
     def save(self, path: Path) -> Path:
         """``save_pretrained`` the current weights (with LoRA: the adapter, in PEFT's format), plus the
-        optimizer state and the stream position, so a run can resume from here exactly."""
-        import torch
-
-        path.mkdir(parents=True, exist_ok=True)
-        self.trainer.model.save_pretrained(path)
-        if self.tokenizer is not None:
-            self.tokenizer.save_pretrained(path)
-        torch.save(
-            {
-                "optimizer": self.trainer.optimizer_state,
-                "steps_done": self.steps_done,
-                "stream": self.stream.position,
-            },
-            path / "rsft_state.pt",
+        optimizer state and the stream position, so a run can resume from here exactly
+        (``save_checkpoint``)."""
+        return save_checkpoint(
+            self.trainer, path, {"steps_done": self.steps_done, "stream": self.stream.position}
         )
-        return path
 
     def restore(self, path: Path) -> None:
         """Load the weights, optimizer state and stream position saved by ``save``, in place (the rollout
@@ -571,6 +611,28 @@ class RSFT:
             if on_step is not None:
                 on_step(report)
         return reports
+
+
+def save_checkpoint(trainer: Any, path: Path, extra: dict[str, Any] | None = None) -> Path:
+    """Save ``trainer``'s model (``save_pretrained``), tokenizer and optimizer state (``rsft_state.pt``,
+    with ``extra``) to ``path``. Under sharding every rank takes part (``trainer`` is then a
+    ``distributed.DistributedUpdater``: the full parameters and optimizer state are gathered on rank 0,
+    which writes them); the checkpoint is the one one process writes, so it resumes on any number of
+    ranks."""
+    import torch
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    state = trainer.full_state_dict()  # None: the model's own state_dict is whole
+    if state is not None:  # tied parameters once, under their first name, as save_pretrained writes them
+        unique = {name for name, _ in trainer.model.named_parameters()}
+        tied = {name for name, _ in trainer.model.named_parameters(remove_duplicate=False)} - unique
+        state = {k: v for k, v in state.items() if k not in tied}
+    trainer.model.save_pretrained(path, **({} if state is None else {"state_dict": state}))
+    if trainer.tokenizer is not None:
+        trainer.tokenizer.save_pretrained(path)
+    torch.save({"optimizer": trainer.full_optimizer_state(), **(extra or {})}, path / "rsft_state.pt")
+    return path
 
 
 def load_checkpoint(model: Any, path: Path) -> None:

@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -187,7 +188,7 @@ def shipped_configs() -> list[str]:
     return sorted(
         str(p.relative_to(SHIPPED_CONFIGS).with_suffix(""))
         for p in SHIPPED_CONFIGS.rglob("*.yaml")
-        if p.parent.name != "compare"
+        if p.parent.name not in ("compare", "accelerate")  # grids; accelerate launch configs
     )
 
 
@@ -314,8 +315,10 @@ class Run:
     def _train_model(self) -> Any:
         """The module RSFT trains: the transformers backend's own model (None: trained in place), or for a
         backend that takes pushed weights (vLLM) a transformers copy on the GPU in float32 (bf16 autocast
-        comes from ``rsft.bf16``; float32 master weights keep updates at lr ~1e-6 from rounding away)."""
-        if not hasattr(self.llm, "load_weights"):
+        comes from ``rsft.bf16``; float32 master weights keep updates at lr ~1e-6 from rounding away).
+        Under sharding (FSDP2 / ZeRO-3) the transformers backend also gets a separate training copy: the
+        sharded module can only run a forward with every rank, and rank 0 samples alone."""
+        if not hasattr(self.llm, "load_weights") and not distributed.sharded():
             return None
         import torch
         from transformers import AutoModelForCausalLM
@@ -342,7 +345,7 @@ class Run:
                 train_model=self._train_model(),
             )
             if distributed.world()[1] > 1:  # under accelerate launch: every rank trains (distributed.py)
-                self.rsft.trainer = distributed.DistributedTrainer(self.rsft.trainer)
+                self.rsft.trainer = distributed.DistributedUpdater(self.rsft.trainer)
         return self.rsft
 
     def _search(self) -> HarnessPhase:
@@ -414,9 +417,9 @@ class Run:
         _truncate_lines(self.dir / "ledger.jsonl", self.ledger_lines)  # drop events of an unfinished unit
         if state.get("resume_from"):
             self._rsft().restore(self.dir / "checkpoints" / state["resume_from"])
-            if isinstance(self.rsft.trainer, distributed.DistributedTrainer):
+            if isinstance(self.rsft.trainer, distributed.DistributedUpdater):
                 self.rsft.trainer.load(self.dir / "checkpoints" / state["resume_from"])
-            if hasattr(self.llm, "load_weights"):  # vLLM: the engine gets the restored weights
+            if self.rsft.pushes:  # vLLM, or a rollout copy: the engine gets the restored weights
                 self.rsft.push()
         self.llm.version = state["model_version"]
         if state["harness"] != self.harness.name:
@@ -800,7 +803,11 @@ def follow_run(config: TrainConfig) -> int:
         extra = torch.load(Path(checkpoint) / "rsft_state.pt", weights_only=False)
         trainer.optimizer_state = extra["optimizer"]
 
-    distributed.follow(trainer, load=load)
+    try:
+        distributed.follow(trainer, load=load)
+    except distributed.RankLost as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -854,9 +861,15 @@ def cmd_train(args) -> int:
                 highlight=False,
             )
             return 1
+        except distributed.RankLost as exc:  # a training rank died: `--resume` continues from the last unit
+            from rich.markup import escape
+
+            console.print(f"[red]error:[/] {escape(str(exc))}; `whale train --out {out} --resume` continues")
+            return 1
     finally:
         if distributed.world()[1] > 1:
-            distributed.stop_followers()
+            with contextlib.suppress(distributed.RankLost):  # a rank that is gone cannot be told to stop
+                distributed.stop_followers()
     table = Table(title=f"{config.name}: {config.method} on {config.env}")
     table.add_column("metric")
     table.add_column("value", justify="right")
