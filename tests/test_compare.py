@@ -33,6 +33,7 @@ from whale_train.compare import (
     unit_cost,
     write_table,
 )
+from whale_train.compare.plan import prune_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "compare" / "smoke.yaml"
@@ -153,6 +154,23 @@ def test_plan_resolves_domains_overrides_and_the_ablation(tmp_path):
     )
     with pytest.raises(ValueError, match="unknown method"):
         CompareConfig.load(mixed)
+    keep = _write(
+        tmp_path / "keep.yaml",
+        {"domains": {"math": {"set": {"env": "whale/Math-v0"}}}, "keep_checkpoints": "some"},
+    )
+    with pytest.raises(ValueError, match="keep_checkpoints: 'some'"):
+        CompareConfig.load(keep)
+
+
+def test_a_finished_run_keeps_only_the_checkpoints_an_evaluation_scored(tmp_path):
+    run = tmp_path / "run"
+    for name in ["0", "1", "2", "3", "resume-3"]:
+        (run / "checkpoints" / name).mkdir(parents=True)
+    events = [{"event": "eval", "model_version": 0}, {"event": "unit"}, {"event": "eval", "model_version": 2}]
+    (run / "ledger.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert prune_checkpoints(run) == ["1", "3"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["0", "2", "resume-3"]
+    assert CompareConfig.load(ROOT / "configs" / "compare" / "decisive.yaml").keep_checkpoints == "evaluated"
 
 
 def test_the_shipped_compare_configs_resolve():

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,10 @@ from whale_train.trainer import TrainConfig
 
 WHALE = "whale"
 REFERENCE = "weight-only"  # "rollouts to reach weight-only's peak"
+#: ``keep_checkpoints:`` of a compare config. A run saves every model version (about 11 MB each for the
+#: shipped model, 128 of them in a decisive run); "evaluated" removes, once a run has finished, those
+#: that no evaluation scored (best, final and selected are evaluations, so their weights stay).
+KEEP_CHECKPOINTS = ("all", "evaluated")
 
 
 def _nest(overrides: dict[str, Any] | None) -> dict[str, Any]:
@@ -53,6 +58,7 @@ class CompareConfig:
     ablation: dict[str, Any] | None = None  # {"domain", "points": [(E, I), ...], "seeds"}
     source: dict[str, Any] = field(default_factory=dict)  # as read (with --set), for grid.yaml
     command_line: dict[str, Any] = field(default_factory=dict)  # ``--set``: applied last
+    keep_checkpoints: str = "all"  # "evaluated": a finished run keeps only the model versions evaluated
 
     @classmethod
     def load(cls, path: str | Path, sets: Sequence[str] = ()) -> CompareConfig:
@@ -60,7 +66,7 @@ class CompareConfig:
         if not path.exists():
             raise FileNotFoundError(f"no compare config {path}")
         data = yaml.safe_load(path.read_text()) or {}
-        known = {"name", "domains", "methods", "seeds", "set", "ablation"}
+        known = {"name", "domains", "methods", "seeds", "set", "ablation", "keep_checkpoints"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown compare key(s) {unknown}; known: {sorted(known)}")
@@ -93,9 +99,12 @@ class CompareConfig:
                 "points": points,
                 "seeds": [int(s) for s in ablation.get("seeds") or seeds],
             }
+        keep = str(data.get("keep_checkpoints", "all"))
+        if keep not in KEEP_CHECKPOINTS:
+            raise ValueError(f"keep_checkpoints: {keep!r} is not one of {', '.join(KEEP_CHECKPOINTS)}")
         source = {**data, **({"command_line_set": command_line} if command_line else {})}
         name = str(data.get("name") or path.stem)
-        return cls(name, domains, methods, seeds, overrides, ablation, source, command_line)
+        return cls(name, domains, methods, seeds, overrides, ablation, source, command_line, keep)
 
 
 def _find(name: str, here: Path) -> Path:
@@ -188,6 +197,18 @@ def run_state(run_dir: Path, config: TrainConfig) -> str:
         if events and events[-1]["event"] == "stop":
             return "done"
     return "partial"
+
+
+def prune_checkpoints(run_dir: Path) -> list[str]:
+    """Remove ``checkpoints/<version>/`` of a finished run for every version no ``eval`` event of its
+    ledger scored (the resume checkpoint stays); returns the names removed."""
+    evaluated = {str(e["model_version"]) for e in read_ledger(run_dir) if e["event"] == "eval"}
+    removed = []
+    for path in sorted((run_dir / "checkpoints").glob("*")):
+        if path.is_dir() and path.name.isdigit() and path.name not in evaluated:
+            shutil.rmtree(path)
+            removed.append(path.name)
+    return removed
 
 
 def _same_config(saved: dict[str, Any], config: TrainConfig) -> bool:

@@ -16,7 +16,7 @@ import yaml
 
 from whale_train import placement
 from whale_train.compare.markdown import to_markdown
-from whale_train.compare.plan import CompareConfig, plan, run_state
+from whale_train.compare.plan import CompareConfig, plan, prune_checkpoints, run_state
 from whale_train.compare.plots import plot_ablation, plot_accuracy
 from whale_train.compare.table import build_table, reproduction
 from whale_train.placement import train_one
@@ -106,6 +106,9 @@ def run_grid(
             if states[name] != "done" and (domains is None or unique[name].domain in domains):
                 todo.append(name)
         skipped = sorted(n for n, s in states.items() if s == "done")
+        if cfg.keep_checkpoints == "evaluated":
+            for name in skipped:
+                prune_checkpoints(out / "runs" / name)
         log(
             f"{len(unique)} runs: {len(skipped)} finished, "
             f"{sum(states[n] == 'partial' for n in todo)} to continue, {sum(states[n] == 'new' for n in todo)} to start"
@@ -129,6 +132,8 @@ def run_grid(
                     rc = train(config_path, run_dir, {"CUDA_VISIBLE_DEVICES": visible})
             else:
                 rc = train(config_path, run_dir)
+            if rc == 0 and cfg.keep_checkpoints == "evaluated":
+                prune_checkpoints(run_dir)
             with lock:
                 done[0] += 1
                 if rc != 0:
