@@ -8,6 +8,7 @@ silently testing less. A few limits are also tested in the ``isolation="none"`` 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -75,10 +76,14 @@ def no_leftover(marker: str | None = None) -> bool:
     return False
 
 
+def _env(limits: Limits) -> MathEnv:
+    source = ListSource("custom", [Task("q0", MathProblem("What is 6 * 7?", "42"))])
+    return MathEnv(tasks=source, max_tool_calls=3, tool_limits=limits)
+
+
 @pytest.fixture(scope="module")
 def env() -> MathEnv:
-    source = ListSource("custom", [Task("q0", MathProblem("What is 6 * 7?", "42"))])
-    return MathEnv(tasks=source, max_tool_calls=3, tool_limits=LIMITS)
+    return _env(LIMITS)
 
 
 def attack(env: MathEnv, code: str) -> tuple[str, dict]:
@@ -102,10 +107,12 @@ def test_namespaces_are_available_here():
     assert run_python("print(1)", LIMITS).isolation == "namespaces"
 
 
-def test_infinite_loop_stops_at_the_cpu_limit(env):
-    obs, tool = attack(env, "while True: pass")
+def test_infinite_loop_stops_at_the_cpu_limit():
+    # A wall-clock limit far above the CPU limit: on a loaded machine a busy loop gets less than a core,
+    # and with the module's 4 s it would hit the wall first (that limit has its own test below).
+    obs, tool = attack(_env(dataclasses.replace(LIMITS, wall_s=60.0)), "while True: pass")
     assert tool["limit"] == "cpu" and "CPU time limit of 2 s" in obs
-    assert tool["wall_s"] < LIMITS.wall_s and no_leftover()
+    assert tool["wall_s"] < 60.0 and no_leftover()
 
 
 @pytest.mark.slow
