@@ -209,24 +209,35 @@ def _wait_status(pid):
 
 
 def _setup_failed(exc):
-    sys.stderr.write(f"SANDBOX-SETUP: {exc}\n")
-    sys.stderr.flush()
+    _say_setup_failed(exc)
     os._exit(SETUP_FAILED)
 
 
-def main():
-    cfg = json.loads(sys.argv[1])
-    if cfg["isolation"] != "namespaces":
-        try:
-            os.makedirs(cfg["workdir"], exist_ok=True)
-            os.replace(cfg["code_path"], os.path.join(cfg["workdir"], "main.py"))
-            if cfg["uid"] is not None:
-                for path in (cfg["workdir"], os.path.join(cfg["workdir"], "main.py")):
-                    os.chown(path, cfg["uid"], cfg["uid"])
-                os.chmod(cfg["workdir"], stat.S_IRWXU)
-            _exec_worker(cfg)
-        except (OSError, ValueError) as exc:
-            _setup_failed(exc)
+def _say_setup_failed(exc):
+    sys.stderr.write(f"SANDBOX-SETUP: {exc}\n")
+    sys.stderr.flush()
+
+
+#: In a fork-server call: the socket that reports to the caller. PID 1 closes it (the code never sees it).
+_REPORT_FD = None
+
+
+def _run_unisolated(cfg):
+    """``isolation="none"``: limits, uid and a private directory, then the code. Never returns."""
+    try:
+        os.makedirs(cfg["workdir"], exist_ok=True)
+        os.replace(cfg["code_path"], os.path.join(cfg["workdir"], "main.py"))
+        if cfg["uid"] is not None:
+            for path in (cfg["workdir"], os.path.join(cfg["workdir"], "main.py")):
+                os.chown(path, cfg["uid"], cfg["uid"])
+            os.chmod(cfg["workdir"], stat.S_IRWXU)
+        _exec_worker(cfg)
+    except (OSError, ValueError) as exc:
+        _setup_failed(exc)
+
+
+def _run_jailed(cfg):
+    """Steps 1-3 of the module docstring; returns the exit status of the code (or SETUP_FAILED)."""
     try:
         flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
         real_uid, real_gid = os.getuid(), os.getgid()
@@ -240,22 +251,104 @@ def main():
             _write("/proc/self/gid_map", f"0 {real_gid} 1")
         _build_root(cfg)
     except OSError as exc:
-        _setup_failed(exc)
+        _say_setup_failed(exc)
+        return SETUP_FAILED
     init = os.fork()
-    if init == 0:  # PID 1 of the new namespace
+    if init == 0:  # PID 1 of the new namespace; it never returns (nor unwinds into the caller's frames)
         try:
+            if _REPORT_FD is not None:
+                os.close(_REPORT_FD)
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             _enter_root(cfg)
-        except OSError as exc:
-            _setup_failed(exc)
-        worker = os.fork()
-        if worker == 0:
-            try:
+            worker = os.fork()
+            if worker == 0:
                 _exec_worker(cfg)
-            except (OSError, ValueError) as exc:
-                _setup_failed(exc)
+        except BaseException as exc:  # noqa: BLE001 - in PID 1 or the worker before its exec
+            _setup_failed(exc)
         os._exit(_wait_status(worker))  # leaving PID 1 kills whatever the worker left behind
-    os._exit(_wait_status(init))
+    return _wait_status(init)
+
+
+# ------------------------------------------------------------------------------------ fork server
+
+
+def _serve(control_fd):
+    """The fork server: keep one child forked in advance; it takes the next request and runs it.
+
+    The server itself never reads a request (its memory holds no call's configuration) and never runs
+    the code: each request is received by a fresh child, which tells the server that it took one (the
+    server then forks the next) and becomes that call's supervisor (:func:`_serve_one`). The server
+    exits when a child finds the control socket closed (the caller is gone) or dies before taking one.
+    """
+    import socket
+
+    control = socket.socket(fileno=control_fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the call supervisors
+    while True:
+        taken_r, taken_w = os.pipe()
+        if os.fork() == 0:
+            os.close(taken_r)
+            _serve_one(socket, control, taken_w)
+        os.close(taken_w)
+        taken = os.read(taken_r, 1)
+        os.close(taken_r)
+        if taken != b"+":
+            os._exit(0)
+
+
+def _serve_one(socket, control, taken_w):
+    """One call: receive (configuration; stdout, stderr, report socket), run it jailed, report.
+
+    Reports ``pid <n>`` at once and ``exit <status>`` at the end on the report socket, then waits
+    until the caller closes it: until then this pid cannot be reused, so the caller may kill the
+    process group (this process and everything of the call that did not leave it) by that pid.
+    """
+    global _REPORT_FD
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        msg, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
+    except OSError:
+        os._exit(0)
+    if not msg or len(fds) != 3:
+        os._exit(0)  # the caller closed the server (or sent nonsense): the server stops too
+    os.write(taken_w, b"+")
+    os.close(taken_w)
+    control.close()
+    out_fd, err_fd, report_fd = fds
+    os.set_inheritable(report_fd, False)
+    _REPORT_FD = report_fd
+    report = socket.socket(fileno=report_fd)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    os.close(out_fd)
+    os.close(err_fd)
+    os.setsid()
+    report.sendall(b"pid %d" % os.getpid())
+    try:
+        cfg = json.loads(msg)
+        os.chdir(os.path.dirname(cfg["root"]))
+        status = _run_jailed(cfg)
+    except Exception as exc:  # noqa: BLE001 - reported like any failed set-up, never lost
+        _say_setup_failed(exc)
+        status = SETUP_FAILED
+    report.sendall(b"exit %d" % status)  # before stdout/stderr close: the caller sees it by their EOF
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    try:
+        report.recv(1)  # until the caller is done with this pid
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def main():
+    if sys.argv[1] == "--fork-server":
+        _serve(int(sys.argv[2]))
+    cfg = json.loads(sys.argv[1])
+    if cfg["isolation"] != "namespaces":
+        _run_unisolated(cfg)
+    os._exit(_run_jailed(cfg))
 
 
 main()
