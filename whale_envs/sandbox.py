@@ -655,17 +655,19 @@ def _served_call(cfg: dict, deadline: float) -> _ServedCall | None:
         report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         msg = b""
         try:
-            server.submit(cfg, [out_w, err_w, theirs.fileno()])
+            try:
+                server.submit(cfg, [out_w, err_w, theirs.fileno()])
+            finally:  # the server's child holds them now; ours would hide its death (no end of file)
+                for fd in (out_w, err_w):
+                    os.close(fd)
+                theirs.close()
             report.settimeout(max(deadline - time.monotonic(), 0.001))
             msg = report.recv(64)
         except OSError:  # a dead server, or one too slow to answer within the wall time
-            stale = server
-        finally:
-            for fd in (out_w, err_w):
-                os.close(fd)
-            theirs.close()
+            pass
         if msg.startswith(b"pid "):
             return _ServedCall(report, int(msg.split()[1]), out_r, err_r)
+        stale = server
         for fd in (out_r, err_r):
             os.close(fd)
         report.close()
