@@ -33,14 +33,15 @@ def _server_pid() -> int:
     return sandbox._SERVER.proc.pid
 
 
-def _children(pid: int) -> list[int]:
+def _running_children(pid: int) -> list[int]:
     kids = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                    if int(fh.read().rsplit(b")", 1)[1].split()[1]) == pid:
-                        kids.append(int(entry.name))
+                    state, parent = fh.read().rsplit(b")", 1)[1].split()[:2]
+                if int(parent) == pid and state != b"Z":
+                    kids.append(int(entry.name))
             except (OSError, ValueError, IndexError):
                 continue
     return kids
@@ -85,11 +86,12 @@ def test_the_server_runs_no_code_and_survives_what_the_code_does():
     assert sandbox._SERVER.proc.pid == server and sandbox._SERVER.proc.poll() is None
     with open(f"/proc/{server}/cmdline", "rb") as fh:
         assert b"--fork-server" in fh.read()
-    # after the calls only the one child forked in advance is left: no supervisor lingers
+    # after the calls only the one child forked in advance is left running: no supervisor lingers
+    # (those done are reaped by the server at its next call)
     deadline = time.monotonic() + 5
-    while len(_children(server)) != 1 and time.monotonic() < deadline:
+    while len(_running_children(server)) != 1 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_children(server)) == 1
+    assert len(_running_children(server)) == 1
 
 
 def test_a_background_process_is_gone_when_the_call_returns():
@@ -210,3 +212,27 @@ def test_the_server_exits_with_its_caller():
     while _alive(int(server)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(int(server))
+
+
+_BUSY_SCRIPT = (
+    LOAD_SANDBOX
+    + """
+code = "import time\\nend = time.process_time() + 0.3\\nwhile time.process_time() < end: pass\\nprint('done')"
+rs = [sb.run_python(code, sb.Limits(isolation="namespaces")) for _ in range(3)]
+print(all(r.stdout == "done\\n" for r in rs), sb._SERVER is not None)
+"""
+)
+
+
+def test_the_cpu_time_of_served_calls_is_counted_in_the_callers():
+    """``time -v`` of a run (docs/COMPARE.md's cost) must include its sandboxes' CPU time: the server
+    reaps its children and is waited for at exit."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _BUSY_SCRIPT, str(PROJECT)], capture_output=True, text=True, timeout=60
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert done.returncode == 0 and done.stdout.split() == ["True", "True"], done.stderr
+    assert (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime) >= 0.9

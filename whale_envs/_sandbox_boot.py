@@ -279,21 +279,39 @@ def _serve(control_fd):
     the code: each request is received by a fresh child, which tells the server that it took one (the
     server then forks the next) and becomes that call's supervisor (:func:`_serve_one`). The server
     exits when a child finds the control socket closed (the caller is gone) or dies before taking one.
+    It reaps its children itself (not with SIGCHLD ignored) so that their CPU time is counted in its
+    own, and so in the caller's (``time -v``, ``RUSAGE_CHILDREN``).
     """
     import socket
 
     control = socket.socket(fileno=control_fd)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the call supervisors
     while True:
         taken_r, taken_w = os.pipe()
-        if os.fork() == 0:
+        child = os.fork()
+        if child == 0:
             os.close(taken_r)
             _serve_one(socket, control, taken_w)
         os.close(taken_w)
         taken = os.read(taken_r, 1)
         os.close(taken_r)
+        _reap()
         if taken != b"+":
+            try:
+                os.waitpid(child, 0)  # it is exiting: it found the caller gone
+            except ChildProcessError:
+                pass
             os._exit(0)
+
+
+def _reap():
+    """Collect the supervisors that have exited (they live until their caller is done with them)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _serve_one(socket, control, taken_w):
@@ -304,7 +322,6 @@ def _serve_one(socket, control, taken_w):
     process group (this process and everything of the call that did not leave it) by that pid.
     """
     global _REPORT_FD
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
         msg, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
     except OSError:
