@@ -14,6 +14,11 @@ not rely on ``__file__``. Steps, in the child:
 3. PID 1 waits for the worker and exits with its status; the kernel then kills every process left in
    the namespace (a background process cannot outlive the call).
 
+As a fork server (``--fork-server FD``, see :func:`_serve`) the same steps run in a child of a
+long-lived boot interpreter: the child receives one call's configuration and its stdout, stderr and
+a report socket over the control socket ``FD``, reports its pid, runs steps 1-3 and reports the exit
+status; the code still starts in a freshly ``exec``'d interpreter.
+
 Exit status 120 + a message on stderr beginning with ``SANDBOX-SETUP:`` means the jail itself could
 not be built (the parent reports it; it never runs the code unjailed in ``namespaces`` mode).
 """

@@ -36,6 +36,20 @@ group kill unless it runs under the sandbox uid (then a sweep of ``/proc`` by ui
 ``isolation="auto"`` (the default) uses namespaces when available and warns once when it falls back;
 ``isolation="namespaces"`` refuses to run code without them.
 
+How a call starts (namespaces): the jail is built by a *boot interpreter* running
+``_sandbox_boot.py`` (namespaces, mounts, PID 1, limits, uid), which then ``exec``s a fresh interpreter
+on the code. Starting that boot interpreter and importing what it needs was about half the cost of a
+call, so ``run_python`` starts it once per process as a **fork server** and, for each call, a child of
+it forked in advance takes the call and does exactly what a freshly started boot interpreter does. The
+guarantees above hold per call unchanged: the server never reads a call's configuration and never runs
+code (the code still starts in a freshly ``exec``'d interpreter, with only stdin, stdout and stderr
+open), and each call gets its own namespaces, tmpfs, fresh uid and limits. The server holds nothing of
+the caller (it is started with a clean environment like the boot interpreter) and exits when the
+caller does; a forked child of the caller starts its own. When the server cannot take a call (it
+died), a new one is started, and failing that the call starts its own boot interpreter;
+``run_python(..., fork_server=False)`` always does (the old path, for comparison). ``spawn_python``
+and ``isolation="none"`` start their own boot interpreter.
+
 The pieces a later user needs separately are public: :class:`Limits`, :func:`isolation_available`,
 :func:`kill_tree`, and :func:`spawn_python`, which starts a long-running sandboxed program that talks
 over pipes (the harness worker).
