@@ -148,6 +148,7 @@ def test_the_same_result_as_a_fresh_boot_interpreter(code, limits):
 
 
 def test_concurrent_calls_each_get_their_own_output():
+    before = dict(sandbox.CALLS)
     results: dict[int, list] = {}
 
     def work(i: int) -> None:
@@ -159,6 +160,7 @@ def test_concurrent_calls_each_get_their_own_output():
     for t in threads:
         t.join()
     assert results == {i: [f"{i * 1000 + j}\n" for j in range(3)] for i in range(4)}
+    assert sandbox.CALLS == {"served": before["served"] + 12, "fresh": before["fresh"]}  # none fell back
 
 
 def test_a_dead_server_is_replaced_and_the_call_still_runs(monkeypatch):
@@ -195,7 +197,7 @@ _EXIT_SCRIPT = (
     LOAD_SANDBOX
     + """
 r = sb.run_python("print(1)", sb.Limits(isolation="namespaces"))
-print(r.stdout.strip(), sb._SERVER.proc.pid, flush=True)
+print(r.stdout.strip(), sb._SERVER.proc.pid, sb.CALLS["fresh"], flush=True)
 os._exit(0)  # no clean-up: the server must notice on its own
 """
 )
@@ -206,8 +208,8 @@ def test_the_server_exits_with_its_caller():
         [sys.executable, "-I", "-c", _EXIT_SCRIPT, str(PROJECT)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    out, server = done.stdout.split()
-    assert out == "1"
+    out, server, fresh = done.stdout.split()
+    assert out == "1" and fresh == "0"  # the probe and the call both went through the server
     deadline = time.monotonic() + 5
     while _alive(int(server)) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -219,7 +221,7 @@ _BUSY_SCRIPT = (
     + """
 code = "import time\\nend = time.process_time() + 0.3\\nwhile time.process_time() < end: pass\\nprint('done')"
 rs = [sb.run_python(code, sb.Limits(isolation="namespaces")) for _ in range(3)]
-print(all(r.stdout == "done\\n" for r in rs), sb._SERVER is not None)
+print(all(r.stdout == "done\\n" for r in rs), sb.CALLS == {"served": 4, "fresh": 0})
 """
 )
 

@@ -402,6 +402,8 @@ def _run(
         start = time.monotonic()
         if isolation == "namespaces" and fork_server:
             proc = _served_call(cfg, start + limits.wall_s)
+        with _CALLS_LOCK:
+            CALLS["served" if proc is not None else "fresh"] += 1
         if proc is None:
             try:
                 proc = _popen(
@@ -628,6 +630,9 @@ class _ServedCall:
 
 _SERVER: _ForkServer | None = None
 _SERVER_LOCK = threading.Lock()
+#: Calls of this process by how they started: through the fork server or a fresh boot interpreter.
+CALLS = {"served": 0, "fresh": 0}
+_CALLS_LOCK = threading.Lock()
 
 
 def _forget_server_in_child() -> None:
