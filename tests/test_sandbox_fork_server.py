@@ -238,3 +238,46 @@ def test_the_cpu_time_of_served_calls_is_counted_in_the_callers():
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert done.returncode == 0 and done.stdout.split() == ["True", "True"], done.stderr
     assert (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime) >= 0.9
+
+
+_ABANDON_SCRIPT = (
+    LOAD_SANDBOX
+    + """
+import threading, time
+marker = sys.argv[2]
+code = f"import os\\nos.execv('/bin/sh', ['sh', '-c', 'sleep 300; : {marker}'])"
+threading.Thread(target=sb.run_python, args=(code, sb.Limits(wall_s=120, isolation="namespaces")), daemon=True).start()
+time.sleep(2)
+print(sb.CALLS["served"], flush=True)
+os._exit(0)  # the caller dies in the middle of the call
+"""
+)
+
+
+def test_a_call_whose_caller_dies_is_killed():
+    """Its supervisor sees the report socket close and kills the call's PID 1 (a fresh boot
+    interpreter would let the code run on until its own end)."""
+    marker = f"whale-abandoned-{os.getpid()}-{time.monotonic_ns()}"
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _ABANDON_SCRIPT, str(PROJECT), marker],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["2"], done.stderr  # the probe and the call
+
+    def left() -> list[str]:
+        found = []
+        for entry in os.scandir("/proc"):
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        found.append(entry.name)
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 5
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left() == []

@@ -271,7 +271,28 @@ def _run_jailed(cfg):
         except BaseException as exc:  # noqa: BLE001 - in PID 1 or the worker before its exec
             _setup_failed(exc)
         os._exit(_wait_status(worker))  # leaving PID 1 kills whatever the worker left behind
+    if _REPORT_FD is not None:
+        _kill_if_abandoned(init)
     return _wait_status(init)
+
+
+def _kill_if_abandoned(init):
+    """Fork server: wait until PID 1 exits or the caller closes the report socket (it died, or gave
+    up on the call); in the second case kill PID 1, which ends every process of the call."""
+    import select
+
+    try:
+        pidfd = os.pidfd_open(init)
+    except (AttributeError, OSError):  # a kernel before 5.3: the caller's kill still applies
+        return
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    poller.register(_REPORT_FD, select.POLLIN)  # the caller never writes: readable = closed
+    try:
+        if all(fd != pidfd for fd, _ in poller.poll()):
+            os.kill(init, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
 
 
 # ------------------------------------------------------------------------------------ fork server
@@ -293,30 +314,36 @@ def _serve(control_fd):
     while True:
         taken_r, taken_w = os.pipe()
         child = os.fork()
-        if child == 0:
-            os.close(taken_r)
-            _serve_one(socket, control, taken_w)
+        if child == 0:  # never returns into this loop, whatever goes wrong
+            try:
+                os.close(taken_r)
+                _serve_one(socket, control, taken_w)
+            finally:
+                os._exit(SETUP_FAILED)
         os.close(taken_w)
         taken = os.read(taken_r, 1)
         os.close(taken_r)
         _reap()
-        if taken != b"+":
-            try:
-                os.waitpid(child, 0)  # it is exiting: it found the caller gone
-            except ChildProcessError:
-                pass
+        if taken != b"+":  # the caller is gone: its supervisors end with their reports; wait a little
+            _reap(patience_s=3.0)
             os._exit(0)
 
 
-def _reap():
-    """Collect the supervisors that have exited (they live until their caller is done with them)."""
+def _reap(patience_s=0.0):
+    """Collect the supervisors that have exited (each lives until its caller is done with it); with
+    ``patience_s``, wait up to that long for all of them."""
+    import time
+
+    deadline = time.monotonic() + patience_s
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
-            return
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
 
 
 def _serve_one(socket, control, taken_w):

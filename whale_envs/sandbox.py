@@ -333,7 +333,7 @@ def run_python(code: str, limits: Limits | None = None, *, fork_server: bool = T
 
     Never raises for anything the code does (see :class:`SandboxResult`); raises ``ValueError`` only
     for invalid ``limits``. ``fork_server=False`` starts the jail from a fresh boot interpreter instead
-    of the fork server (same jail and guarantees, slower; see "The fork server" in the module docs).
+    of the fork server (same jail and guarantees, slower; see "How a call starts" in the module docs).
     """
     limits = limits or Limits()
     limits.validate()
