@@ -281,3 +281,18 @@ def test_a_call_whose_caller_dies_is_killed():
     while left() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert left() == []
+
+
+def test_a_served_call_writes_nothing_on_the_host(monkeypatch):
+    """The code travels with the request and the jail's root is mounted on the server's directory: no
+    temporary folder or code file per call (they cost a few ms on a journaled disk)."""
+    _server_pid()
+
+    def no_temp_dirs(*args, **kwargs):
+        raise AssertionError("a served call made a temporary folder")
+
+    monkeypatch.setattr(sandbox.tempfile, "mkdtemp", no_temp_dirs)
+    before = dict(sandbox.CALLS)
+    result = run_python("print('\\u00e9', open(__file__).read().count('print'))", JAILED)
+    assert result.ok and result.stdout == "\u00e9 2\n", result  # its own file, as written
+    assert sandbox.CALLS["served"] == before["served"] + 1

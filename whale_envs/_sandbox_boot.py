@@ -14,7 +14,7 @@ not rely on ``__file__``. Steps, in the child:
 3. PID 1 waits for the worker and exits with its status; the kernel then kills every process left in
    the namespace (a background process cannot outlive the call).
 
-As a fork server (``--fork-server FD``, see :func:`_serve`) the same steps run in a child of a
+As a fork server (``--fork-server FD ROOT``, see :func:`_serve`) the same steps run in a child of a
 long-lived boot interpreter: the child receives one call's configuration and its stdout, stderr and
 a report socket over the control socket ``FD``, reports its pid, runs steps 1-3 and reports the exit
 status; the code still starts in a freshly ``exec``'d interpreter.
@@ -127,8 +127,12 @@ def _build_root(cfg):
     for dev in ("null", "zero", "random", "urandom"):
         open(root + "/dev/" + dev, "a").close()
         _mount("/dev/" + dev, root + "/dev/" + dev, None, MS_BIND)
-    with open(cfg["code_path"], "rb") as src, open(work + "/main.py", "wb") as dst:
-        dst.write(src.read())
+    with open(work + "/main.py", "wb") as dst:
+        if cfg.get("code") is not None:  # a fork-server call: the code came with the request
+            dst.write(cfg["code"].encode("utf-8", errors="replace"))
+        else:
+            with open(cfg["code_path"], "rb") as src:
+                dst.write(src.read())
     if cfg["uid"] is not None:
         os.chown(work + "/main.py", uid, uid)
     if not cfg.get("writable", True):  # a program that needs no files gets none (no notes between its parts)
@@ -298,7 +302,7 @@ def _kill_if_abandoned(init):
 # ------------------------------------------------------------------------------------ fork server
 
 
-def _serve(control_fd):
+def _serve(control_fd, root):
     """The fork server: keep one child forked in advance; it takes the next request and runs it.
 
     The server itself never reads a request (its memory holds no call's configuration) and never runs
@@ -326,6 +330,10 @@ def _serve(control_fd):
         _reap()
         if taken != b"+":  # the caller is gone: its supervisors end with their reports; wait a little
             _reap(patience_s=3.0)
+            try:
+                os.rmdir(root)  # the calls' mount point (still busy if a call is left: then it stays)
+            except OSError:
+                pass
             os._exit(0)
 
 
@@ -393,7 +401,7 @@ def _serve_one(socket, control, taken_w):
 
 def main():
     if sys.argv[1] == "--fork-server":
-        _serve(int(sys.argv[2]))
+        _serve(int(sys.argv[2]), sys.argv[3])
     cfg = json.loads(sys.argv[1])
     if cfg["isolation"] != "namespaces":
         _run_unisolated(cfg)

@@ -395,16 +395,20 @@ def _run(
     problem = _root_problem(isolation)
     if problem:
         return SandboxResult(limit="setup", error=problem + " (the code was not run)", details=details)
-    tmp, cfg = _prepare(code, limits, isolation)
-    uid = cfg["uid"]
-    proc = None
+    tmp = proc = None
     try:
         start = time.monotonic()
-        if isolation == "namespaces" and fork_server:
+        if isolation == "namespaces" and fork_server and len(code) <= _SERVED_CODE_MAX:
+            # no temporary folder: the code travels with the request, and the jail's root is mounted
+            # on the server's empty directory (in the call's own mount namespace)
+            uid = _sandbox_uid() if os.geteuid() == 0 else None
+            cfg = _boot_config(None, None, limits, isolation, uid, code=code, root="")  # the server's
             proc = _served_call(cfg, start + limits.wall_s)
         with _CALLS_LOCK:
             CALLS["served" if proc is not None else "fresh"] += 1
         if proc is None:
+            tmp, cfg = _prepare(code, limits, isolation)
+            uid = cfg["uid"]
             try:
                 proc = _popen(
                     tmp, cfg, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -443,7 +447,8 @@ def _run(
     finally:
         if isinstance(proc, _ServedCall):
             proc.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 class SandboxProcess:
@@ -550,10 +555,22 @@ class _ForkServer:
     """
 
     def __init__(self) -> None:
+        #: An empty directory each call mounts its root on, in its own mount namespace (the server
+        #: removes it when it exits).
+        self.root = tempfile.mkdtemp(prefix="whale-sandbox-root-")
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [_boot_python(), "-I", "-S", "-c", _boot_source(), "--fork-server", str(theirs.fileno())],
+                [
+                    _boot_python(),
+                    "-I",
+                    "-S",
+                    "-c",
+                    _boot_source(),
+                    "--fork-server",
+                    str(theirs.fileno()),
+                    self.root,
+                ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -564,6 +581,7 @@ class _ForkServer:
             )
         except BaseException:
             mine.close()
+            os.rmdir(self.root)
             raise
         finally:
             theirs.close()
@@ -581,6 +599,10 @@ class _ForkServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        try:
+            os.rmdir(self.root)  # the server removes it itself, unless it was killed
+        except OSError:
+            pass
 
 
 class _ServedCall:
@@ -630,6 +652,8 @@ class _ServedCall:
 
 _SERVER: _ForkServer | None = None
 _SERVER_LOCK = threading.Lock()
+#: Longer code goes the old way (a file): a request is one socket message, which has a size limit.
+_SERVED_CODE_MAX = 32_768
 #: Calls of this process by how they started: through the fork server or a fresh boot interpreter.
 CALLS = {"served": 0, "fresh": 0}
 _CALLS_LOCK = threading.Lock()
@@ -683,7 +707,7 @@ def _served_call(cfg: dict, deadline: float) -> _ServedCall | None:
         msg = b""
         try:
             try:
-                server.submit(cfg, [out_w, err_w, theirs.fileno()])
+                server.submit({**cfg, "root": server.root}, [out_w, err_w, theirs.fileno()])
             finally:  # the server's child holds them now; ours would hide its death (no end of file)
                 for fd in (out_w, err_w):
                     os.close(fd)
@@ -856,7 +880,19 @@ def _hidden_dirs() -> list[str]:
     return hidden
 
 
-def _boot_config(tmp: Path, code_path: Path, limits: Limits, isolation: str, uid: int | None) -> dict:
+def _boot_config(
+    tmp: Path | None,
+    code_path: Path | None,
+    limits: Limits,
+    isolation: str,
+    uid: int | None,
+    *,
+    code: str | None = None,
+    root: str | None = None,
+) -> dict:
+    """The boot script's configuration. ``tmp``/``code_path``: the call's temporary folder and code
+    file; or (a fork-server call, namespaces only) ``code`` itself and an empty directory ``root`` to
+    mount the jail's root on (in the call's own mount namespace: one directory serves every call)."""
     python = _boot_python()
     prefix = os.path.realpath(sys.base_prefix)
     site = _site_dirs() if limits.site_packages else []
@@ -886,12 +922,15 @@ def _boot_config(tmp: Path, code_path: Path, limits: Limits, isolation: str, uid
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
     }
-    (tmp / "root").mkdir()
+    if root is None:
+        (tmp / "root").mkdir()
+        root = str(tmp / "root")
     return {
         "isolation": isolation,
-        "root": str(tmp / "root"),
+        "root": root,
         "workdir": "/sandbox" if isolation == "namespaces" else str(tmp / "work"),
-        "code_path": str(code_path),
+        "code_path": None if code_path is None else str(code_path),
+        "code": code,
         "python": python,
         "ro_binds": ro_binds,
         "symlinks": symlinks,
