@@ -296,3 +296,12 @@ def test_a_served_call_writes_nothing_on_the_host(monkeypatch):
     result = run_python("print('\\u00e9', open(__file__).read().count('print'))", JAILED)
     assert result.ok and result.stdout == "\u00e9 2\n", result  # its own file, as written
     assert sandbox.CALLS["served"] == before["served"] + 1
+
+
+def test_long_code_takes_the_old_path_and_runs_the_same():
+    code = "x = 1\n" * 4000 + "print(x + len(open(__file__).read()))"  # over _SERVED_CODE_MAX characters
+    assert len(code) > sandbox._SERVED_CODE_MAX
+    before = dict(sandbox.CALLS)
+    result = run_python(code, JAILED)
+    assert result.ok and result.stdout == f"{1 + len(code)}\n", result
+    assert sandbox.CALLS == {"served": before["served"], "fresh": before["fresh"] + 1}

@@ -653,7 +653,7 @@ class _ServedCall:
 _SERVER: _ForkServer | None = None
 _SERVER_LOCK = threading.Lock()
 #: Longer code goes the old way (a file): a request is one socket message, which has a size limit.
-_SERVED_CODE_MAX = 32_768
+_SERVED_CODE_MAX = 16_384  # characters: at most ~100 KB as JSON, well inside a socket buffer
 #: Calls of this process by how they started: through the fork server or a fresh boot interpreter.
 CALLS = {"served": 0, "fresh": 0}
 _CALLS_LOCK = threading.Lock()
