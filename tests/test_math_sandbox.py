@@ -268,7 +268,7 @@ codes = {
             "        n += 1\\n    except OSError: print('forks', n); break",
 }
 out = {name: (lambda r: [r.isolation, r.exit_code, r.stdout + r.stderr])(sb.run_python(c, L)) for name, c in codes.items()}
-print(json.dumps({"uid": os.getuid(), **out}))
+print(json.dumps({"uid": os.getuid(), "calls": sb.CALLS, **out}))
 """
 )
 
@@ -308,6 +308,10 @@ def test_the_unprivileged_path_user_namespace_is_isolated_too():
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["uid"] == 65534
+    assert report.pop("calls") == {
+        "served": 5,
+        "fresh": 0,
+    }  # the probe and 4 calls, all through the fork server
     assert all(v[0] == "namespaces" for k, v in report.items() if k != "uid"), report
     assert "FileNotFoundError" in report["passwd"][2]
     assert report["remount"][2].strip() == "-1"  # cannot make /usr writable again

@@ -14,6 +14,11 @@ not rely on ``__file__``. Steps, in the child:
 3. PID 1 waits for the worker and exits with its status; the kernel then kills every process left in
    the namespace (a background process cannot outlive the call).
 
+As a fork server (``--fork-server FD ROOT``, see :func:`_serve`) the same steps run in a child of a
+long-lived boot interpreter: the child receives one call's configuration and its stdout, stderr and
+a report socket over the control socket ``FD``, reports its pid, runs steps 1-3 and reports the exit
+status; the code still starts in a freshly ``exec``'d interpreter.
+
 Exit status 120 + a message on stderr beginning with ``SANDBOX-SETUP:`` means the jail itself could
 not be built (the parent reports it; it never runs the code unjailed in ``namespaces`` mode).
 """
@@ -122,8 +127,12 @@ def _build_root(cfg):
     for dev in ("null", "zero", "random", "urandom"):
         open(root + "/dev/" + dev, "a").close()
         _mount("/dev/" + dev, root + "/dev/" + dev, None, MS_BIND)
-    with open(cfg["code_path"], "rb") as src, open(work + "/main.py", "wb") as dst:
-        dst.write(src.read())
+    with open(work + "/main.py", "wb") as dst:
+        if cfg.get("code") is not None:  # a fork-server call: the code came with the request
+            dst.write(cfg["code"].encode("utf-8", errors="replace"))
+        else:
+            with open(cfg["code_path"], "rb") as src:
+                dst.write(src.read())
     if cfg["uid"] is not None:
         os.chown(work + "/main.py", uid, uid)
     if not cfg.get("writable", True):  # a program that needs no files gets none (no notes between its parts)
@@ -209,24 +218,35 @@ def _wait_status(pid):
 
 
 def _setup_failed(exc):
-    sys.stderr.write(f"SANDBOX-SETUP: {exc}\n")
-    sys.stderr.flush()
+    _say_setup_failed(exc)
     os._exit(SETUP_FAILED)
 
 
-def main():
-    cfg = json.loads(sys.argv[1])
-    if cfg["isolation"] != "namespaces":
-        try:
-            os.makedirs(cfg["workdir"], exist_ok=True)
-            os.replace(cfg["code_path"], os.path.join(cfg["workdir"], "main.py"))
-            if cfg["uid"] is not None:
-                for path in (cfg["workdir"], os.path.join(cfg["workdir"], "main.py")):
-                    os.chown(path, cfg["uid"], cfg["uid"])
-                os.chmod(cfg["workdir"], stat.S_IRWXU)
-            _exec_worker(cfg)
-        except (OSError, ValueError) as exc:
-            _setup_failed(exc)
+def _say_setup_failed(exc):
+    sys.stderr.write(f"SANDBOX-SETUP: {exc}\n")
+    sys.stderr.flush()
+
+
+#: In a fork-server call: the socket that reports to the caller. PID 1 closes it (the code never sees it).
+_REPORT_FD = None
+
+
+def _run_unisolated(cfg):
+    """``isolation="none"``: limits, uid and a private directory, then the code. Never returns."""
+    try:
+        os.makedirs(cfg["workdir"], exist_ok=True)
+        os.replace(cfg["code_path"], os.path.join(cfg["workdir"], "main.py"))
+        if cfg["uid"] is not None:
+            for path in (cfg["workdir"], os.path.join(cfg["workdir"], "main.py")):
+                os.chown(path, cfg["uid"], cfg["uid"])
+            os.chmod(cfg["workdir"], stat.S_IRWXU)
+        _exec_worker(cfg)
+    except (OSError, ValueError) as exc:
+        _setup_failed(exc)
+
+
+def _run_jailed(cfg):
+    """Steps 1-3 of the module docstring; returns the exit status of the code (or SETUP_FAILED)."""
     try:
         flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
         real_uid, real_gid = os.getuid(), os.getgid()
@@ -240,22 +260,152 @@ def main():
             _write("/proc/self/gid_map", f"0 {real_gid} 1")
         _build_root(cfg)
     except OSError as exc:
-        _setup_failed(exc)
+        _say_setup_failed(exc)
+        return SETUP_FAILED
     init = os.fork()
-    if init == 0:  # PID 1 of the new namespace
+    if init == 0:  # PID 1 of the new namespace; it never returns (nor unwinds into the caller's frames)
         try:
+            if _REPORT_FD is not None:
+                os.close(_REPORT_FD)
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             _enter_root(cfg)
-        except OSError as exc:
-            _setup_failed(exc)
-        worker = os.fork()
-        if worker == 0:
-            try:
+            worker = os.fork()
+            if worker == 0:
                 _exec_worker(cfg)
-            except (OSError, ValueError) as exc:
-                _setup_failed(exc)
+        except BaseException as exc:  # noqa: BLE001 - in PID 1 or the worker before its exec
+            _setup_failed(exc)
         os._exit(_wait_status(worker))  # leaving PID 1 kills whatever the worker left behind
-    os._exit(_wait_status(init))
+    if _REPORT_FD is not None:
+        _kill_if_abandoned(init)
+    return _wait_status(init)
+
+
+def _kill_if_abandoned(init):
+    """Fork server: wait until PID 1 exits or the caller closes the report socket (it died, or gave
+    up on the call); in the second case kill PID 1, which ends every process of the call."""
+    import select
+
+    try:
+        pidfd = os.pidfd_open(init)
+    except (AttributeError, OSError):  # a kernel before 5.3: the caller's kill still applies
+        return
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    poller.register(_REPORT_FD, select.POLLIN)  # the caller never writes: readable = closed
+    try:
+        if all(fd != pidfd for fd, _ in poller.poll()):
+            os.kill(init, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
+
+
+# ------------------------------------------------------------------------------------ fork server
+
+
+def _serve(control_fd, root):
+    """The fork server: keep one child forked in advance; it takes the next request and runs it.
+
+    The server itself never reads a request (its memory holds no call's configuration) and never runs
+    the code: each request is received by a fresh child, which tells the server that it took one (the
+    server then forks the next) and becomes that call's supervisor (:func:`_serve_one`). The server
+    exits when a child finds the control socket closed (the caller is gone) or dies before taking one.
+    It reaps its children itself (not with SIGCHLD ignored) so that their CPU time is counted in its
+    own, and so in the caller's (``time -v``, ``RUSAGE_CHILDREN``).
+    """
+    import socket
+
+    control = socket.socket(fileno=control_fd)
+    while True:
+        taken_r, taken_w = os.pipe()
+        child = os.fork()
+        if child == 0:  # never returns into this loop, whatever goes wrong
+            try:
+                os.close(taken_r)
+                _serve_one(socket, control, taken_w)
+            finally:
+                os._exit(SETUP_FAILED)
+        os.close(taken_w)
+        taken = os.read(taken_r, 1)
+        os.close(taken_r)
+        _reap()
+        if taken != b"+":  # the caller is gone: its supervisors end with their reports; wait a little
+            _reap(patience_s=3.0)
+            try:
+                os.rmdir(root)  # the calls' mount point (still busy if a call is left: then it stays)
+            except OSError:
+                pass
+            os._exit(0)
+
+
+def _reap(patience_s=0.0):
+    """Collect the supervisors that have exited (each lives until its caller is done with it); with
+    ``patience_s``, wait up to that long for all of them."""
+    import time
+
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
+
+
+def _serve_one(socket, control, taken_w):
+    """One call: receive (configuration; stdout, stderr, report socket), run it jailed, report.
+
+    Reports ``pid <n>`` at once and ``exit <status>`` at the end on the report socket, then waits
+    until the caller closes it: until then this pid cannot be reused, so the caller may kill the
+    process group (this process and everything of the call that did not leave it) by that pid.
+    """
+    global _REPORT_FD
+    try:
+        msg, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
+    except OSError:
+        os._exit(0)
+    if not msg or len(fds) != 3:
+        os._exit(0)  # the caller closed the server (or sent nonsense): the server stops too
+    os.write(taken_w, b"+")
+    os.close(taken_w)
+    control.close()
+    out_fd, err_fd, report_fd = fds
+    os.set_inheritable(report_fd, False)
+    _REPORT_FD = report_fd
+    report = socket.socket(fileno=report_fd)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    os.close(out_fd)
+    os.close(err_fd)
+    os.setsid()
+    report.sendall(b"pid %d" % os.getpid())
+    try:
+        cfg = json.loads(msg)
+        os.chdir(os.path.dirname(cfg["root"]))
+        status = _run_jailed(cfg)
+    except Exception as exc:  # noqa: BLE001 - reported like any failed set-up, never lost
+        _say_setup_failed(exc)
+        status = SETUP_FAILED
+    report.sendall(b"exit %d" % status)  # before stdout/stderr close: the caller sees it by their EOF
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    try:
+        report.recv(1)  # until the caller is done with this pid
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def main():
+    if sys.argv[1] == "--fork-server":
+        _serve(int(sys.argv[2]), sys.argv[3])
+    cfg = json.loads(sys.argv[1])
+    if cfg["isolation"] != "namespaces":
+        _run_unisolated(cfg)
+    os._exit(_run_jailed(cfg))
 
 
 main()

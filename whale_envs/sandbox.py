@@ -36,6 +36,20 @@ group kill unless it runs under the sandbox uid (then a sweep of ``/proc`` by ui
 ``isolation="auto"`` (the default) uses namespaces when available and warns once when it falls back;
 ``isolation="namespaces"`` refuses to run code without them.
 
+How a call starts (namespaces): the jail is built by a *boot interpreter* running
+``_sandbox_boot.py`` (namespaces, mounts, PID 1, limits, uid), which then ``exec``s a fresh interpreter
+on the code. Starting that boot interpreter and importing what it needs was about half the cost of a
+call, so ``run_python`` starts it once per process as a **fork server** and, for each call, a child of
+it forked in advance takes the call and does exactly what a freshly started boot interpreter does. The
+guarantees above hold per call unchanged: the server never reads a call's configuration and never runs
+code (the code still starts in a freshly ``exec``'d interpreter, with only stdin, stdout and stderr
+open), and each call gets its own namespaces, tmpfs, fresh uid and limits. The server holds nothing of
+the caller (it is started with a clean environment like the boot interpreter) and exits when the
+caller does; a forked child of the caller starts its own. When the server cannot take a call (it
+died), a new one is started, and failing that the call starts its own boot interpreter;
+``run_python(..., fork_server=False)`` always does (the old path, for comparison). ``spawn_python``
+and ``isolation="none"`` start their own boot interpreter.
+
 The pieces a later user needs separately are public: :class:`Limits`, :func:`isolation_available`,
 :func:`kill_tree`, and :func:`spawn_python`, which starts a long-running sandboxed program that talks
 over pipes (the harness worker).
@@ -43,6 +57,7 @@ over pipes (the harness worker).
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import math
@@ -51,6 +66,7 @@ import secrets
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -312,11 +328,12 @@ def _choose_isolation(limits: Limits) -> tuple[str, str | None]:
 # ------------------------------------------------------------------------------------ the run
 
 
-def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
+def run_python(code: str, limits: Limits | None = None, *, fork_server: bool = True) -> SandboxResult:
     """Run ``code`` as ``main.py`` in a fresh sandboxed interpreter and return what happened.
 
     Never raises for anything the code does (see :class:`SandboxResult`); raises ``ValueError`` only
-    for invalid ``limits``.
+    for invalid ``limits``. ``fork_server=False`` starts the jail from a fresh boot interpreter instead
+    of the fork server (same jail and guarantees, slower; see "How a call starts" in the module docs).
     """
     limits = limits or Limits()
     limits.validate()
@@ -325,7 +342,7 @@ def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
         return SandboxResult(
             exit_code=None, limit="setup", isolation="none", error=why, details=asdict(limits)
         )
-    return _run(code, limits, isolation=isolation)
+    return _run(code, limits, isolation=isolation, fork_server=fork_server)
 
 
 def _root_problem(isolation: str) -> str | None:
@@ -351,30 +368,55 @@ def _prepare(code: str, limits: Limits, isolation: str) -> tuple[Path, dict]:
     return tmp, cfg
 
 
+#: The environment of the boot interpreter (the code gets its own, ``cfg["env"]``).
+_BOOT_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
 def _popen(tmp: Path, cfg: dict, **streams) -> subprocess.Popen:
     return subprocess.Popen(
         [_boot_python(), "-I", "-S", "-c", _boot_source(), json.dumps(cfg)],
         start_new_session=True,
         close_fds=True,
         cwd=str(tmp),
-        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        env=_BOOT_ENV,
         **streams,
     )
 
 
-def _run(code: str, limits: Limits, *, isolation: str = "namespaces", probing: bool = False) -> SandboxResult:
+def _run(
+    code: str,
+    limits: Limits,
+    *,
+    isolation: str = "namespaces",
+    probing: bool = False,
+    fork_server: bool = True,
+) -> SandboxResult:
     details = asdict(limits)
     problem = _root_problem(isolation)
     if problem:
         return SandboxResult(limit="setup", error=problem + " (the code was not run)", details=details)
-    tmp, cfg = _prepare(code, limits, isolation)
-    uid = cfg["uid"]
+    tmp = proc = None
     try:
         start = time.monotonic()
-        try:
-            proc = _popen(tmp, cfg, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        except OSError as exc:
-            return SandboxResult(limit="setup", error=f"cannot start the interpreter: {exc}", details=details)
+        if isolation == "namespaces" and fork_server and len(code) <= _SERVED_CODE_MAX:
+            # no temporary folder: the code travels with the request, and the jail's root is mounted
+            # on the server's empty directory (in the call's own mount namespace)
+            uid = _sandbox_uid() if os.geteuid() == 0 else None
+            cfg = _boot_config(None, None, limits, isolation, uid, code=code, root="")  # the server's
+            proc = _served_call(cfg, start + limits.wall_s)
+        with _CALLS_LOCK:
+            CALLS["served" if proc is not None else "fresh"] += 1
+        if proc is None:
+            tmp, cfg = _prepare(code, limits, isolation)
+            uid = cfg["uid"]
+            try:
+                proc = _popen(
+                    tmp, cfg, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                )
+            except OSError as exc:
+                return SandboxResult(
+                    limit="setup", error=f"cannot start the interpreter: {exc}", details=details
+                )
         out, err, limit, truncated = _collect(proc, limits, start)
         kill_tree(proc.pid, uid)
         proc.wait()
@@ -403,7 +445,10 @@ def _run(code: str, limits: Limits, *, isolation: str = "namespaces", probing: b
             details=details,
         )
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(proc, _ServedCall):
+            proc.close()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 class SandboxProcess:
@@ -494,6 +539,192 @@ def spawn_python(code: str, limits: Limits | None = None) -> SandboxProcess:
         shutil.rmtree(tmp, ignore_errors=True)
         raise RuntimeError(f"cannot start the interpreter: {exc}") from None
     return SandboxProcess(proc, tmp, cfg["uid"], isolation, stderr_file)
+
+
+# ------------------------------------------------------------------------------------ fork server
+
+
+class _ForkServer:
+    """The boot interpreter, started once and kept: ``_sandbox_boot.py --fork-server``.
+
+    It has the boot script's imports done and a child forked in advance; each call is one message on
+    the control socket (the configuration, plus stdout, stderr and a report socket as file
+    descriptors), taken by that child, which builds the call's jail exactly as a fresh boot
+    interpreter would. The server never reads a request and never runs code. It exits when this
+    process closes the control socket (at exit, or when a forked child of this process drops it).
+    """
+
+    def __init__(self) -> None:
+        #: An empty directory each call mounts its root on, in its own mount namespace (the server
+        #: removes it when it exits).
+        self.root = tempfile.mkdtemp(prefix="whale-sandbox-root-")
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [
+                    _boot_python(),
+                    "-I",
+                    "-S",
+                    "-c",
+                    _boot_source(),
+                    "--fork-server",
+                    str(theirs.fileno()),
+                    self.root,
+                ],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd="/",
+                env=_BOOT_ENV,
+            )
+        except BaseException:
+            mine.close()
+            os.rmdir(self.root)
+            raise
+        finally:
+            theirs.close()
+        self.sock = mine
+        self.lock = threading.Lock()
+
+    def submit(self, cfg: dict, fds: list[int]) -> None:
+        with self.lock:  # one message at a time (SEQPACKET keeps each whole)
+            socket.send_fds(self.sock, [json.dumps(cfg).encode()], fds)
+
+    def close(self) -> None:
+        self.sock.close()  # the server's waiting child sees the end of the socket; both exit
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        try:
+            os.rmdir(self.root)  # the server removes it itself, unless it was killed
+        except OSError:
+            pass
+
+
+class _ServedCall:
+    """One call run by the fork server, with the part of :class:`subprocess.Popen` that ``_run`` uses.
+
+    ``pid`` is the call's supervisor (the boot interpreter's role), leader of its own process group; it
+    stays alive until :meth:`close`, so ``kill_tree(pid)`` never reaches a reused pid.
+    """
+
+    def __init__(self, report: socket.socket, pid: int, out_fd: int, err_fd: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdout = open(out_fd, "rb", buffering=0)  # noqa: SIM115 - closed by _collect
+        self.stderr = open(err_fd, "rb", buffering=0)  # noqa: SIM115 - closed by _collect
+        self._report = report
+        report.setblocking(False)  # poll() must never wait
+
+    def _take(self, msg: bytes) -> int:
+        # "exit <status>"; the end of the socket: the supervisor was killed before it reported
+        self.returncode = int(msg.split()[1]) if msg.startswith(b"exit ") else -signal.SIGKILL
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        try:
+            return self._take(self._report.recv(64))
+        except BlockingIOError:
+            return None
+        except OSError:
+            return self._take(b"")
+
+    def wait(self) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        self._report.setblocking(True)
+        try:
+            return self._take(self._report.recv(64))
+        except OSError:
+            return self._take(b"")
+
+    def close(self) -> None:
+        if self.returncode is None:  # interrupted before the end (an exception in the caller)
+            kill_tree(self.pid)
+        self._report.close()  # the supervisor exits; its pid may be reused from now on
+
+
+_SERVER: _ForkServer | None = None
+_SERVER_LOCK = threading.Lock()
+#: Longer code goes the old way (a file): a request is one socket message, which has a size limit.
+_SERVED_CODE_MAX = 16_384  # characters: at most ~100 KB as JSON, well inside a socket buffer
+#: Calls of this process by how they started: through the fork server or a fresh boot interpreter.
+CALLS = {"served": 0, "fresh": 0}
+_CALLS_LOCK = threading.Lock()
+
+
+def _forget_server_in_child() -> None:
+    """After ``os.fork`` in this process: the child starts its own server when it needs one."""
+    global _SERVER, _SERVER_LOCK
+    if _SERVER is not None:
+        _SERVER.sock.close()
+    _SERVER = None
+    _SERVER_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_server_in_child)
+
+
+def _fork_server(stale: _ForkServer | None = None) -> _ForkServer:
+    """The running fork server, started on first use; ``stale``: that one failed, start another."""
+    global _SERVER
+    with _SERVER_LOCK:
+        if _SERVER is not None and (_SERVER is stale or _SERVER.proc.poll() is not None):
+            _SERVER.close()
+            _SERVER = None
+        if _SERVER is None:
+            _SERVER = _ForkServer()
+        return _SERVER
+
+
+@atexit.register
+def _stop_server() -> None:
+    """At exit: stop the server and wait for it, so that its CPU time (the calls') is counted in ours."""
+    if _SERVER is not None:
+        _SERVER.close()
+
+
+def _served_call(cfg: dict, deadline: float) -> _ServedCall | None:
+    """Hand one call to the fork server; None when it cannot take it (the caller then starts a fresh
+    boot interpreter: the same jail). A server that died before a child took the call is replaced
+    once; the code had not run (a supervisor reports its pid before anything else)."""
+    stale = None
+    for _ in range(2):
+        try:
+            server = _fork_server(stale)
+        except OSError:
+            return None
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        msg = b""
+        try:
+            try:
+                server.submit({**cfg, "root": server.root}, [out_w, err_w, theirs.fileno()])
+            finally:  # the server's child holds them now; ours would hide its death (no end of file)
+                for fd in (out_w, err_w):
+                    os.close(fd)
+                theirs.close()
+            report.settimeout(max(deadline - time.monotonic(), 0.001))
+            msg = report.recv(64)
+        except OSError:  # a dead server, or one too slow to answer within the wall time
+            pass
+        if msg.startswith(b"pid "):
+            return _ServedCall(report, int(msg.split()[1]), out_r, err_r)
+        stale = server
+        for fd in (out_r, err_r):
+            os.close(fd)
+        report.close()
+        if time.monotonic() >= deadline:
+            return None
+    return None
 
 
 def _collect(proc: subprocess.Popen, limits: Limits, start: float) -> tuple[bytes, bytes, str | None, bool]:
@@ -649,7 +880,19 @@ def _hidden_dirs() -> list[str]:
     return hidden
 
 
-def _boot_config(tmp: Path, code_path: Path, limits: Limits, isolation: str, uid: int | None) -> dict:
+def _boot_config(
+    tmp: Path | None,
+    code_path: Path | None,
+    limits: Limits,
+    isolation: str,
+    uid: int | None,
+    *,
+    code: str | None = None,
+    root: str | None = None,
+) -> dict:
+    """The boot script's configuration. ``tmp``/``code_path``: the call's temporary folder and code
+    file; or (a fork-server call, namespaces only) ``code`` itself and an empty directory ``root`` to
+    mount the jail's root on (in the call's own mount namespace: one directory serves every call)."""
     python = _boot_python()
     prefix = os.path.realpath(sys.base_prefix)
     site = _site_dirs() if limits.site_packages else []
@@ -679,12 +922,15 @@ def _boot_config(tmp: Path, code_path: Path, limits: Limits, isolation: str, uid
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
     }
-    (tmp / "root").mkdir()
+    if root is None:
+        (tmp / "root").mkdir()
+        root = str(tmp / "root")
     return {
         "isolation": isolation,
-        "root": str(tmp / "root"),
+        "root": root,
         "workdir": "/sandbox" if isolation == "namespaces" else str(tmp / "work"),
-        "code_path": str(code_path),
+        "code_path": None if code_path is None else str(code_path),
+        "code": code,
         "python": python,
         "ro_binds": ro_binds,
         "symlinks": symlinks,

@@ -1,0 +1,307 @@
+"""The sandbox's fork server: what it could break if it were wrong, checked call by call.
+
+``run_python`` hands each namespaced call to one long-lived boot interpreter (the fork server), whose
+child builds the call's jail. These tests pin the per-call guarantees that a shared server could lose:
+no state from one call in the next, a fresh tmpfs and PID namespace per call, nothing left running,
+the same result as a fresh boot interpreter on every limit, and a server that never outlives its caller
+nor serves a forked child of it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox_script import LOAD_SANDBOX
+from whale_envs import sandbox
+from whale_envs.sandbox import Limits, run_python
+
+JAILED = Limits(wall_s=8, cpu_s=4, memory_mb=256, isolation="namespaces")
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def _server_pid() -> int:
+    assert run_python("pass", JAILED).ok
+    assert sandbox._SERVER is not None
+    return sandbox._SERVER.proc.pid
+
+
+def _running_children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    state, parent = fh.read().rsplit(b")", 1)[1].split()[:2]
+                if int(parent) == pid and state != b"Z":
+                    kids.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def test_nothing_of_one_call_is_visible_to_the_next():
+    first = run_python(
+        "import os\n"
+        "open('/sandbox/note', 'w').write('secret')\n"
+        "open('/tmp/big', 'wb').write(b'x' * (8 << 20))\n"
+        "os.environ['LEAK'] = '1'\n"
+        "print(os.getpid(), sorted(p for p in os.listdir('/proc') if p.isdigit()))\n",
+        JAILED,
+    )
+    assert first.ok and first.stdout == "2 ['1', '2']\n", first
+    second = run_python(
+        "import os\n"
+        "st = os.statvfs('/sandbox')\n"
+        "print(sorted(os.listdir('/sandbox')), os.path.exists('/tmp/big'), os.environ.get('LEAK'),\n"
+        "      st.f_bfree * st.f_bsize >= 15 << 20, os.getpid(),\n"
+        "      sorted(p for p in os.listdir('/proc') if p.isdigit()), sorted(os.listdir('/proc/self/fd')))\n",
+        JAILED,
+    )
+    # a fresh, empty 16 MiB tmpfs; a fresh PID namespace (the code is pid 2 again, under its own pid 1);
+    # only stdin/stdout/stderr open (the 4th is listdir's own): no socket of the server or the caller
+    assert second.ok, second
+    assert second.stdout == "['main.py'] False None True 2 ['1', '2'] ['0', '1', '2', '3']\n", second.stdout
+
+
+def test_the_server_runs_no_code_and_survives_what_the_code_does():
+    server = _server_pid()
+    for code in ("import os; os.abort()", "x = bytearray(600 * 2**20)", "import os; os.kill(1, 9)"):
+        run_python(code, JAILED)
+    assert sandbox._SERVER.proc.pid == server and sandbox._SERVER.proc.poll() is None
+    with open(f"/proc/{server}/cmdline", "rb") as fh:
+        assert b"--fork-server" in fh.read()
+    # after the calls only the one child forked in advance is left running: no supervisor lingers
+    # (those done are reaped by the server at its next call)
+    deadline = time.monotonic() + 5
+    while len(_running_children(server)) != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_running_children(server)) == 1
+
+
+def test_a_background_process_is_gone_when_the_call_returns():
+    marker = f"whale-fs-{os.getpid()}-{time.monotonic_ns()}"
+    result = run_python(
+        "import subprocess, os\n"
+        f"subprocess.Popen(['sh', '-c', 'sleep 300; echo {marker}'], start_new_session=True)\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execv('/bin/sh', ['sh', '-c', 'sleep 300 # {marker}'])\n"
+        "    os._exit(0)\n"
+        "print('spawned')\n",
+        JAILED,
+    )
+    assert result.ok and result.stdout == "spawned\n", result
+
+    def left() -> list[str]:
+        found = []
+        for entry in os.scandir("/proc"):
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        found.append(entry.name)
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 2  # the kernel reaps a killed namespace asynchronously
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left() == []
+
+
+@pytest.mark.parametrize(
+    "code, limits",
+    [
+        ("print('a'); import sys; print('b', file=sys.stderr); sys.exit(3)", JAILED),
+        ("def f(n):\n    return 1 / n\nf(0)", JAILED),
+        ("import os; os.abort()", JAILED),
+        ("x = []\nwhile True: x.append(bytearray(10**7))", JAILED),
+        ("print('y' * 10**6)", JAILED),
+        ("import time; time.sleep(30)", Limits(wall_s=0.5, isolation="namespaces")),
+        ("open('f', 'wb').write(b'z' * (2 << 20))", Limits(file_mb=1, isolation="namespaces")),
+        ("open('f', 'w').write('no')", Limits(writable_files=False, isolation="namespaces")),
+    ],
+    ids=["exit", "traceback", "abort", "memory", "output", "wall", "file", "read-only"],
+)
+def test_the_same_result_as_a_fresh_boot_interpreter(code, limits):
+    served = run_python(code, limits)
+    fresh = run_python(code, limits, fork_server=False)
+    fields = ("stdout", "stderr", "exit_code", "limit", "output_truncated", "isolation", "error")
+    assert {f: getattr(served, f) for f in fields} == {f: getattr(fresh, f) for f in fields}
+
+
+def test_concurrent_calls_each_get_their_own_output():
+    before = dict(sandbox.CALLS)
+    results: dict[int, list] = {}
+
+    def work(i: int) -> None:
+        results[i] = [run_python(f"print({i} * 1000 + {j})", JAILED).stdout for j in range(3)]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {i: [f"{i * 1000 + j}\n" for j in range(3)] for i in range(4)}
+    assert sandbox.CALLS == {"served": before["served"] + 12, "fresh": before["fresh"]}  # none fell back
+
+
+def test_a_dead_server_is_replaced_and_the_call_still_runs(monkeypatch):
+    old = _server_pid()
+    os.kill(old, signal.SIGKILL)
+    sandbox._SERVER.proc.wait()  # its child forked in advance still waits on the control socket
+    # not noticed before the call is sent: that child takes it, finds no server and dies before the
+    # code runs; the call goes to a new server
+    monkeypatch.setattr(sandbox._SERVER.proc, "poll", lambda: None)
+    result = run_python("print(6 * 7)", JAILED)
+    assert result.ok and result.stdout == "42\n"
+    assert sandbox._SERVER.proc.pid != old
+
+
+def test_a_forked_child_of_the_caller_starts_its_own_server():
+    parent_server = _server_pid()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            r = run_python("print(7)", JAILED)
+            os.write(write, f"{r.stdout.strip()} {sandbox._SERVER.proc.pid}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        out, child_server = fh.read().split()
+    os.waitpid(pid, 0)
+    assert out == "7" and int(child_server) != parent_server
+    assert sandbox._SERVER.proc.pid == parent_server and run_python("print(8)", JAILED).stdout == "8\n"
+
+
+_EXIT_SCRIPT = (
+    LOAD_SANDBOX
+    + """
+r = sb.run_python("print(1)", sb.Limits(isolation="namespaces"))
+print(r.stdout.strip(), sb._SERVER.proc.pid, sb.CALLS["fresh"], flush=True)
+os._exit(0)  # no clean-up: the server must notice on its own
+"""
+)
+
+
+def test_the_server_exits_with_its_caller():
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _EXIT_SCRIPT, str(PROJECT)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    out, server, fresh = done.stdout.split()
+    assert out == "1" and fresh == "0"  # the probe and the call both went through the server
+    deadline = time.monotonic() + 5
+    while _alive(int(server)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(int(server))
+
+
+_BUSY_SCRIPT = (
+    LOAD_SANDBOX
+    + """
+code = "import time\\nend = time.process_time() + 0.3\\nwhile time.process_time() < end: pass\\nprint('done')"
+rs = [sb.run_python(code, sb.Limits(isolation="namespaces")) for _ in range(3)]
+print(all(r.stdout == "done\\n" for r in rs), sb.CALLS == {"served": 4, "fresh": 0})
+"""
+)
+
+
+def test_the_cpu_time_of_served_calls_is_counted_in_the_callers():
+    """``time -v`` of a run (docs/COMPARE.md's cost) must include its sandboxes' CPU time: the server
+    reaps its children and is waited for at exit."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _BUSY_SCRIPT, str(PROJECT)], capture_output=True, text=True, timeout=60
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert done.returncode == 0 and done.stdout.split() == ["True", "True"], done.stderr
+    assert (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime) >= 0.9
+
+
+_ABANDON_SCRIPT = (
+    LOAD_SANDBOX
+    + """
+import threading, time
+marker = sys.argv[2]
+code = f"import os\\nos.execv('/bin/sh', ['sh', '-c', 'sleep 300; : {marker}'])"
+threading.Thread(target=sb.run_python, args=(code, sb.Limits(wall_s=120, isolation="namespaces")), daemon=True).start()
+time.sleep(2)
+print(sb.CALLS["served"], flush=True)
+os._exit(0)  # the caller dies in the middle of the call
+"""
+)
+
+
+def test_a_call_whose_caller_dies_is_killed():
+    """Its supervisor sees the report socket close and kills the call's PID 1 (a fresh boot
+    interpreter would let the code run on until its own end)."""
+    marker = f"whale-abandoned-{os.getpid()}-{time.monotonic_ns()}"
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _ABANDON_SCRIPT, str(PROJECT), marker],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["2"], done.stderr  # the probe and the call
+
+    def left() -> list[str]:
+        found = []
+        for entry in os.scandir("/proc"):
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        found.append(entry.name)
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 5
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left() == []
+
+
+def test_a_served_call_writes_nothing_on_the_host(monkeypatch):
+    """The code travels with the request and the jail's root is mounted on the server's directory: no
+    temporary folder or code file per call (they cost a few ms on a journaled disk)."""
+    _server_pid()
+
+    def no_temp_dirs(*args, **kwargs):
+        raise AssertionError("a served call made a temporary folder")
+
+    monkeypatch.setattr(sandbox.tempfile, "mkdtemp", no_temp_dirs)
+    before = dict(sandbox.CALLS)
+    result = run_python("print('\\u00e9', open(__file__).read().count('print'))", JAILED)
+    assert result.ok and result.stdout == "\u00e9 2\n", result  # its own file, as written
+    assert sandbox.CALLS["served"] == before["served"] + 1
+
+
+def test_long_code_takes_the_old_path_and_runs_the_same():
+    code = "x = 1\n" * 4000 + "print(x + len(open(__file__).read()))"  # over _SERVED_CODE_MAX characters
+    assert len(code) > sandbox._SERVED_CODE_MAX
+    before = dict(sandbox.CALLS)
+    result = run_python(code, JAILED)
+    assert result.ok and result.stdout == f"{1 + len(code)}\n", result
+    assert sandbox.CALLS == {"served": before["served"], "fresh": before["fresh"] + 1}
