@@ -40,6 +40,16 @@ def rollouts(ref: HarnessRef, *, n: int = 2, k: int = 1, llm=None, concurrency: 
     )
 
 
+def prompted(source: str, **options) -> tuple[list, list[str]]:
+    """Run the harness in ``source`` (``rollouts`` options) under a model that answers "" and keeps every
+    prompt it gets: the trajectories and those prompts."""
+    prompts: list[str] = []
+    trajs = rollouts(
+        harness_from_source(source), llm=ScriptedLLM(lambda t: prompts.append(t) or ""), **options
+    )
+    return trajs, prompts
+
+
 @pytest.fixture
 def unlinted(monkeypatch):
     """The worker loads harness code with full builtins and no validation (a lint bypass)."""
@@ -92,14 +102,7 @@ MEMORY = (
 def test_class_and_module_state_do_not_carry_the_answer_to_the_next_sample():
     """The attack of the issue: keep the answer revealed at the end of one sample and replay it in
     the next sample of the same task (one episode at a time, so a later sample follows an earlier)."""
-    prompts: list[str] = []
-    trajs = rollouts(
-        harness_from_source(MEMORY),
-        n=3,
-        k=4,
-        concurrency=1,
-        llm=ScriptedLLM(lambda t: prompts.append(t) or ""),
-    )
+    trajs, prompts = prompted(MEMORY, n=3, k=4, concurrency=1)
     assert len(trajs) == 12 and not any(t.error for t in trajs)
     assert not any(t.solved for t in trajs[1:] if t.final_info["answer"] != "0")
     assert all(p.endswith("seen ") for p in prompts), prompts[:3]  # every episode starts with empty memory
@@ -115,8 +118,7 @@ def test_the_answer_is_withheld_from_the_harness_at_the_end():
         + "        obs, r, te, tr, info = env.step('answer: 0')\n"
         + "        llm.complete(json.dumps(sorted(info)))\n"
     )
-    seen: list[str] = []
-    trajs = rollouts(harness_from_source(probe), n=1, llm=ScriptedLLM(lambda t: seen.append(t) or ""))
+    trajs, seen = prompted(probe, n=1)
     assert "answer" in trajs[0].final_info and "gold" in trajs[0].final_info  # the record keeps it
     assert '"solved"' in seen[0] and '"answer"' not in seen[0] and '"gold"' not in seen[0]
 
@@ -286,8 +288,7 @@ def test_steps_after_the_end_are_refused_and_not_recorded():
         + "                refused += 1\n"
         + "        llm.complete(str(refused))\n"
     )
-    seen: list[str] = []
-    trajs = rollouts(harness_from_source(flood), n=1, llm=ScriptedLLM(lambda t: seen.append(t) or ""))
+    trajs, seen = prompted(flood, n=1)
     assert len(trajs[0].steps) == 1 and seen == ["40"]
 
 
