@@ -50,6 +50,14 @@ def prompted(source: str, **options) -> tuple[list, list[str]]:
     return trajs, prompts
 
 
+def on_the_first_task(ref: HarnessRef) -> HarnessRef:
+    """``ref`` with ``FIRST``, the question of the first task, defined: an attack that tests
+    ``info['question'] == FIRST`` misbehaves in that episode only."""
+    env = gym.make(MATH, **MATH_TASKS).unwrapped
+    env.reset(options={"task_id": math_ids(1)[0]})
+    return HarnessRef(ref.name, f"FIRST = {env.problem.question!r}\n" + ref.source, "attack", "H", False)
+
+
 @pytest.fixture
 def unlinted(monkeypatch):
     """The worker loads harness code with full builtins and no validation (a lint bypass)."""
@@ -238,9 +246,7 @@ def test_malformed_bytes_from_an_episode_end_only_that_episode(unlinted, payload
         "    import time; time.sleep(30)\n"
         "env.step('answer: 0')"
     )
-    first = gym.make(MATH, **MATH_TASKS).unwrapped
-    first.reset(options={"task_id": math_ids(1)[0]})
-    ref = HarnessRef(ref.name, f"FIRST = {first.problem.question!r}\n" + ref.source, "attack", "H", False)
+    ref = on_the_first_task(ref)
     start = time.monotonic()
     trajs = rollouts(ref, n=3)
     assert time.monotonic() - start < 20
@@ -366,9 +372,7 @@ def test_an_episode_that_stops_reading_its_replies_stalls_nobody(unlinted):
         "    time.sleep(60)\n"
         "env.step('answer: ' + llm.complete('y')[:5])"
     )
-    env = gym.make(MATH, **MATH_TASKS).unwrapped
-    env.reset(options={"task_id": math_ids(1)[0]})
-    ref = HarnessRef(ref.name, f"FIRST = {env.problem.question!r}\n" + ref.source, "attack", "H", False)
+    ref = on_the_first_task(ref)
     start = time.monotonic()
     bad, *good = rollouts(ref, n=3, llm=ScriptedLLM(lambda t: "7" * 300_000), harness_seconds=3.0)
     assert time.monotonic() - start < 30

@@ -305,6 +305,11 @@ def register_source(
     _KINDS[(domain, kind)] = SourceKind(domain, kind, factory, path_required, takes_path, doc, shared)
 
 
+def register_generator(domain: str, make: Callable[..., TaskSource], doc: str) -> None:
+    """Register ``make(None, **options)`` as the ``generated`` kind of ``domain`` (it reads no file)."""
+    register_source(domain, "generated", make, takes_path=False, doc=doc)
+
+
 def source_kinds(domain: str | None = None) -> list[SourceKind]:
     return [k for (d, _), k in sorted(_KINDS.items()) if domain is None or d == domain]
 

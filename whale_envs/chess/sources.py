@@ -150,15 +150,9 @@ def _epd_line(file: Path, line_no: int, text: str) -> Task[ChessPuzzle]:
 
 def _register() -> None:
     from whale_envs.chess.generator import make_generated
-    from whale_envs.tasks import register_source
+    from whale_envs.tasks import register_generator, register_source
 
-    register_source(
-        "chess",
-        "generated",
-        make_generated,
-        takes_path=False,
-        doc="mate-in-1/2 puzzles verified by search (no files)",
-    )
+    register_generator("chess", make_generated, "mate-in-1/2 puzzles verified by search (no files)")
     register_source("chess", "lichess", load_lichess, doc="Lichess puzzle CSV (bundled: 1000-puzzle sample)")
     register_source(
         "chess", "epd", load_epd, doc="EPD test suites, bm/am (bundled: WAC, Arasan 2024, ECM, IQ4, BT-2630)"

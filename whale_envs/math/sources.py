@@ -135,14 +135,12 @@ def load_math(
 
 def _register() -> None:
     from whale_envs.math.generators import make_generated
-    from whale_envs.tasks import register_source
+    from whale_envs.tasks import register_generator, register_source
 
-    register_source(
+    register_generator(
         "math",
-        "generated",
         make_generated,
-        takes_path=False,
-        doc="arithmetic, word problems, linear equations, fractions; difficulty 1-5 (no files)",
+        "arithmetic, word problems, linear equations, fractions; difficulty 1-5 (no files)",
     )
     register_source("math", "gsm8k", load_gsm8k, doc="GSM8K jsonl (bundled: the 1319-problem test split)")
     register_source("math", "math", load_math, doc="MATH jsonl (bundled: MATH-500)")

@@ -397,11 +397,9 @@ def clear_cache() -> None:
 
 def _register() -> None:
     from whale_envs.search.generator import make_generated
-    from whale_envs.tasks import register_source
+    from whale_envs.tasks import register_generator, register_source
 
-    register_source(
-        "search", "generated", make_generated, takes_path=False, doc="fictional worlds, 1-3 hop questions"
-    )
+    register_generator("search", make_generated, "fictional worlds, 1-3 hop questions")
     register_source(
         "search",
         "hotpotqa",
