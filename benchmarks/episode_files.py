@@ -61,19 +61,7 @@ def episode_files() -> list[str]:
     threading.setprofile(profile)
     try:
         with tempfile.TemporaryDirectory() as out:
-            argv = [
-                "eval",
-                "--env",
-                "whale/Math-v0",
-                "--harness",
-                "math/h0",
-                "--limit",
-                "1",
-                "--k",
-                "1",
-                "--out",
-                out,
-            ]
+            argv = "eval --env whale/Math-v0 --harness math/h0 --limit 1 --k 1 --out".split() + [out]
             with contextlib.redirect_stdout(io.StringIO()):  # its table and summary
                 status = cli.main(argv)
     finally:
