@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
         "`whale train` subprocesses at the same rollout budget per domain, --jobs at a time, then write "
         "compare.md / compare.json and plots. Rerunning on the same --out skips finished runs and continues "
         "unfinished ones.",
-        example="eval.limit=32; applies to every run",
+        example="eval.limit=32; a train config field, for every run",
     )
     p.add_argument("config", help="compare config (see configs/compare/)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (each with OMP_NUM_THREADS=1)")
