@@ -83,9 +83,13 @@ def test_a_busy_episode_that_answers_soon_joins_the_batch():
 
 
 def test_the_score_calls_of_many_episodes_go_to_the_backend_together():
-    with batching() as (llm, batcher):
-        owners = [batcher.enter() for _ in range(5)]
+    llm = Recording()
+    batcher = Batcher(llm)
+    owners = [batcher.enter() for _ in range(5)]
+    try:
         futures = [batcher.submit_score(f"p{i}", ["a", "bc"], owner=o) for i, o in enumerate(owners)]
         results = [f.result(timeout=10) for f in futures]
         assert llm.score_calls == [5]
         assert all(len(r) == 2 and r[0].text == "a" for r in results)
+    finally:
+        batcher.close()
