@@ -4,6 +4,7 @@ episodes reach the backend together."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -33,27 +34,32 @@ def request(i: int) -> list[Request]:
     return [Request(f"prompt {i}", SamplingParams(max_tokens=4), seed=i)]
 
 
+@contextlib.contextmanager
+def batching(**options):
+    """A recording model and a batcher in front of it, closed at the end."""
+    llm = Recording()
+    batcher = Batcher(llm, **options)
+    try:
+        yield llm, batcher
+    finally:
+        batcher.close()
+
+
 def test_the_first_batch_waits_for_every_episode_that_is_still_starting():
     # Episodes whose first call comes 30 ms apart (slower than the old 10 ms quiet gap): one batch.
-    llm = Recording()
-    batcher = Batcher(llm, max_wait=0.005, max_hold=5.0)
-    owners = [batcher.enter() for _ in range(8)]
-    try:
+    with batching(max_wait=0.005, max_hold=5.0) as (llm, batcher):
+        owners = [batcher.enter() for _ in range(8)]
         futures = []
         for i, owner in enumerate(owners):
             futures.append(batcher.submit_complete(request(i), owner=owner))
             time.sleep(0.03)
         assert [f.result(timeout=10)[0].text for f in futures] == ["ok"] * 8
         assert llm.completes == [8]
-    finally:
-        batcher.close()
 
 
 def test_an_episode_busy_elsewhere_does_not_hold_the_batch_past_the_patience():
-    llm = Recording()
-    batcher = Batcher(llm, max_wait=0.05, max_hold=30.0)
-    slow, quick = batcher.enter(), batcher.enter()
-    try:
+    with batching(max_wait=0.05, max_hold=30.0) as (llm, batcher):
+        slow, quick = batcher.enter(), batcher.enter()
         first = [batcher.submit_complete(request(i), owner=o) for i, o in enumerate((slow, quick))]
         [f.result(timeout=10) for f in first]  # both busy since the reply
         start = time.monotonic()
@@ -62,15 +68,11 @@ def test_an_episode_busy_elsewhere_does_not_hold_the_batch_past_the_patience():
         batcher.submit_complete(request(1), owner=quick).result(timeout=10)
         assert time.monotonic() - start < 5.0
         assert llm.completes == [2, 1]
-    finally:
-        batcher.close()
 
 
 def test_a_busy_episode_that_answers_soon_joins_the_batch():
-    llm = Recording()
-    batcher = Batcher(llm, max_wait=1.0, max_hold=30.0)
-    a, b = batcher.enter(), batcher.enter()
-    try:
+    with batching(max_wait=1.0, max_hold=30.0) as (llm, batcher):
+        a, b = batcher.enter(), batcher.enter()
         first = batcher.submit_complete(request(0), owner=a)
         threading.Timer(0.1, lambda: batcher.submit_complete(request(1), owner=b)).start()
         first.result(timeout=10)
@@ -78,8 +80,6 @@ def test_a_busy_episode_that_answers_soon_joins_the_batch():
         batcher.leave(b)
         batcher.submit_complete(request(2), owner=a).result(timeout=10)  # alone in flight: no wait
         assert llm.completes == [2, 1]
-    finally:
-        batcher.close()
 
 
 def test_the_score_calls_of_many_episodes_go_to_the_backend_together():

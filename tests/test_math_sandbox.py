@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+from harnesses.worker import _parent
 from tests.sandbox_script import LOAD_SANDBOX
 from whale_envs.math import MathEnv, MathProblem
 from whale_envs.sandbox import Limits, kill_tree, run_python
@@ -24,14 +25,6 @@ LIMITS = Limits(
     wall_s=4.0, cpu_s=2, memory_mb=256, max_processes=16, output_bytes=65_536, isolation="namespaces"
 )
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def _ours_or_orphaned(pid: int) -> bool:

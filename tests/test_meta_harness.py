@@ -313,6 +313,20 @@ def test_failed_validation_and_check_harness_are_recorded_with_their_reason(tmp_
 # ------------------------------------------------------------------------------------ offline proposer
 
 
+def _eval_record(mean: float, tasks: int, stats: dict, se: float = 0.0, failures=None) -> dict:
+    """An evaluation record of h0 (one rollout per task) with the failure statistics ``stats``."""
+    return {
+        "mean": mean,
+        "se": se,
+        "tasks": tasks,
+        "rollouts": tasks,
+        "per_task": {"t": 0.0},
+        "failures": failures or {},
+        "calls_per_episode": 1.0,
+        "stats": stats,
+    }
+
+
 def _context(archive: Archive, iteration: int, slots: list[int], **kw) -> ProposalContext:
     return ProposalContext(
         archive,
@@ -363,17 +377,7 @@ def test_offline_proposer_never_makes_two_constant_changes_in_a_row(tmp_path):
         status="valid",
     )
     stats = {"solved": 0.0, "parse": 0.0, "wrong": 0.0, "truncated": 1.0}
-    record = {
-        "mean": 0.0,
-        "se": 0.0,
-        "tasks": 1,
-        "rollouts": 1,
-        "per_task": {"t": 0.0},
-        "failures": {},
-        "calls_per_episode": 1.0,
-        "stats": stats,
-    }
-    archive.write_eval("h0", 0, record, None)
+    archive.write_eval("h0", 0, _eval_record(0.0, 1, stats), None)
     plan = OfflineProposer().propose(_context(archive, 2, [0, 1, 2]))
     changes = [p.change for p in plan]
     assert changes[0] != "constant"
@@ -406,17 +410,9 @@ def test_offline_proposer_picks_mechanisms_from_the_failure_statistics(
         {"parents": [], "genome": lib.h0, "proposer": "seed"},
         status="valid",
     )
-    record = {
-        "mean": 0.1,
-        "se": 0.01,
-        "tasks": 100,
-        "rollouts": 100,
-        "per_task": {"t": 0.0},
-        "failures": {"x": 90},
-        "calls_per_episode": 1.0,
-        "stats": {"solved": 0.1, **stats},
-    }
-    archive.write_eval("h0", 0, record, None)
+    archive.write_eval(
+        "h0", 0, _eval_record(0.1, 100, {"solved": 0.1, **stats}, se=0.01, failures={"x": 90}), None
+    )
     ctx = ProposalContext(archive, domain, "env", 1, [0, 1, 2], 0, "h0", ["h0"], 0, "h0")
     first = OfflineProposer().propose(ctx)[0]
     slot, change = first.summary.split(": ")

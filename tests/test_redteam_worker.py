@@ -40,6 +40,24 @@ def rollouts(ref: HarnessRef, *, n: int = 2, k: int = 1, llm=None, concurrency: 
     )
 
 
+def prompted(source: str, **options) -> tuple[list, list[str]]:
+    """Run the harness in ``source`` (``rollouts`` options) under a model that answers "" and keeps every
+    prompt it gets: the trajectories and those prompts."""
+    prompts: list[str] = []
+    trajs = rollouts(
+        harness_from_source(source), llm=ScriptedLLM(lambda t: prompts.append(t) or ""), **options
+    )
+    return trajs, prompts
+
+
+def on_the_first_task(ref: HarnessRef) -> HarnessRef:
+    """``ref`` with ``FIRST``, the question of the first task, defined: an attack that tests
+    ``info['question'] == FIRST`` misbehaves in that episode only."""
+    env = gym.make(MATH, **MATH_TASKS).unwrapped
+    env.reset(options={"task_id": math_ids(1)[0]})
+    return HarnessRef(ref.name, f"FIRST = {env.problem.question!r}\n" + ref.source, "attack", "H", False)
+
+
 @pytest.fixture
 def unlinted(monkeypatch):
     """The worker loads harness code with full builtins and no validation (a lint bypass)."""
@@ -92,14 +110,7 @@ MEMORY = (
 def test_class_and_module_state_do_not_carry_the_answer_to_the_next_sample():
     """The attack of the issue: keep the answer revealed at the end of one sample and replay it in
     the next sample of the same task (one episode at a time, so a later sample follows an earlier)."""
-    prompts: list[str] = []
-    trajs = rollouts(
-        harness_from_source(MEMORY),
-        n=3,
-        k=4,
-        concurrency=1,
-        llm=ScriptedLLM(lambda t: prompts.append(t) or ""),
-    )
+    trajs, prompts = prompted(MEMORY, n=3, k=4, concurrency=1)
     assert len(trajs) == 12 and not any(t.error for t in trajs)
     assert not any(t.solved for t in trajs[1:] if t.final_info["answer"] != "0")
     assert all(p.endswith("seen ") for p in prompts), prompts[:3]  # every episode starts with empty memory
@@ -115,8 +126,7 @@ def test_the_answer_is_withheld_from_the_harness_at_the_end():
         + "        obs, r, te, tr, info = env.step('answer: 0')\n"
         + "        llm.complete(json.dumps(sorted(info)))\n"
     )
-    seen: list[str] = []
-    trajs = rollouts(harness_from_source(probe), n=1, llm=ScriptedLLM(lambda t: seen.append(t) or ""))
+    trajs, seen = prompted(probe, n=1)
     assert "answer" in trajs[0].final_info and "gold" in trajs[0].final_info  # the record keeps it
     assert '"solved"' in seen[0] and '"answer"' not in seen[0] and '"gold"' not in seen[0]
 
@@ -236,9 +246,7 @@ def test_malformed_bytes_from_an_episode_end_only_that_episode(unlinted, payload
         "    import time; time.sleep(30)\n"
         "env.step('answer: 0')"
     )
-    first = gym.make(MATH, **MATH_TASKS).unwrapped
-    first.reset(options={"task_id": math_ids(1)[0]})
-    ref = HarnessRef(ref.name, f"FIRST = {first.problem.question!r}\n" + ref.source, "attack", "H", False)
+    ref = on_the_first_task(ref)
     start = time.monotonic()
     trajs = rollouts(ref, n=3)
     assert time.monotonic() - start < 20
@@ -286,8 +294,7 @@ def test_steps_after_the_end_are_refused_and_not_recorded():
         + "                refused += 1\n"
         + "        llm.complete(str(refused))\n"
     )
-    seen: list[str] = []
-    trajs = rollouts(harness_from_source(flood), n=1, llm=ScriptedLLM(lambda t: seen.append(t) or ""))
+    trajs, seen = prompted(flood, n=1)
     assert len(trajs[0].steps) == 1 and seen == ["40"]
 
 
@@ -365,9 +372,7 @@ def test_an_episode_that_stops_reading_its_replies_stalls_nobody(unlinted):
         "    time.sleep(60)\n"
         "env.step('answer: ' + llm.complete('y')[:5])"
     )
-    env = gym.make(MATH, **MATH_TASKS).unwrapped
-    env.reset(options={"task_id": math_ids(1)[0]})
-    ref = HarnessRef(ref.name, f"FIRST = {env.problem.question!r}\n" + ref.source, "attack", "H", False)
+    ref = on_the_first_task(ref)
     start = time.monotonic()
     bad, *good = rollouts(ref, n=3, llm=ScriptedLLM(lambda t: "7" * 300_000), harness_seconds=3.0)
     assert time.monotonic() - start < 30

@@ -22,10 +22,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "accelerate_equivalence.py"
 
 
+CPU_FSDP = ROOT / "tests" / "cpu_fsdp"  # its sitecustomize lets accelerate run FSDP on CPU ranks
+
+
 def _env() -> dict[str, str]:
-    # no GPU even where there is one: accelerate's multi-process launcher then runs DDP on CPUs (gloo)
+    # no GPU even where there is one: accelerate's multi-process launcher then runs DDP on CPUs (gloo),
+    # or FSDP2 with tests/cpu_fsdp first on the path
     return {
         **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(CPU_FSDP), os.environ.get("PYTHONPATH", "")) if p),
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "CUDA_VISIBLE_DEVICES": "",

@@ -30,6 +30,7 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 P = TypeVar("P")
@@ -80,6 +81,15 @@ class TaskSource(Protocol[P]):
     def ids(self) -> Sequence[str]: ...
 
     def get(self, task_id: str) -> Task[P]: ...
+
+
+def existing(path: str | Path, what: str, *, folder_ok: bool = False) -> Path:
+    """``path`` (``~`` expanded) when it is a file (or, with ``folder_ok``, a folder); else a
+    ``TaskSourceError`` naming the source kind ``what``."""
+    p = Path(path).expanduser()
+    if not (p.is_file() or (folder_ok and p.is_dir())):
+        raise TaskSourceError(f"{what}: file not found: {p}")
+    return p
 
 
 def json_lines(lines: Iterable[str], where: str) -> Iterator[tuple[int, Any]]:
@@ -293,6 +303,11 @@ def register_source(
     depends on more files than the one named).
     """
     _KINDS[(domain, kind)] = SourceKind(domain, kind, factory, path_required, takes_path, doc, shared)
+
+
+def register_generator(domain: str, make: Callable[..., TaskSource], doc: str) -> None:
+    """Register ``make(None, **options)`` as the ``generated`` kind of ``domain`` (it reads no file)."""
+    register_source(domain, "generated", make, takes_path=False, doc=doc)
 
 
 def source_kinds(domain: str | None = None) -> list[SourceKind]:

@@ -71,6 +71,19 @@ def count(minimum: int = 0):
     return parse
 
 
+def add_command(subparsers, name: str, help: str, description: str, example: str) -> argparse.ArgumentParser:
+    """A subcommand that reads a config: its parser with the ``--set KEY=VALUE`` option (into
+    ``overrides``); ``example`` is a dotted field the help shows."""
+    p = subparsers.add_parser(name, help=help, description=description)
+    add_set_option(p, f"override a config field (dotted for nested: {example})")
+    return p
+
+
+def add_set_option(p: argparse.ArgumentParser, help: str = "override a config field") -> None:
+    """The one ``--set KEY=VALUE`` option (repeatable; parsed by ``config_io.parse_sets``)."""
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors that say where the help is."""
 

@@ -70,33 +70,6 @@ def sharded() -> bool:
     return deepspeed and env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3"
 
 
-def fsdp_on_cpu() -> None:
-    """Let accelerate run FSDP on CPU processes (gloo), as the tests do: accelerate (1.15) turns FSDP on
-    only for accelerator devices and leaves CPU ranks plain data parallel, although torch's
-    ``fully_shard`` shards over a CPU mesh. Called when the launcher asks for FSDP and there is no GPU;
-    on GPUs accelerate's own path runs unchanged."""
-    import torch
-
-    if torch.cuda.is_available() or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
-        return
-    from accelerate.state import AcceleratorState
-    from accelerate.utils import DistributedType
-
-    if getattr(AcceleratorState.__init__, "whale_fsdp_on_cpu", False):
-        return
-    original = AcceleratorState.__init__
-
-    def init(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        plugin = kwargs.get("fsdp_plugin")
-        if plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
-            self.distributed_type = DistributedType.FSDP
-            self.fsdp_plugin = plugin
-
-    init.whale_fsdp_on_cpu = True
-    AcceleratorState.__init__ = init
-
-
 def _group() -> None:
     """Make sure the default process group exists (accelerate's ``PartialState`` creates it), with a
     timeout long enough for the other ranks to wait while rank 0 samples and searches harnesses."""

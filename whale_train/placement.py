@@ -160,10 +160,6 @@ class RayPlacement:
         except ImportError:
             raise RuntimeError("--ray needs Ray: pip install 'whale[scale]'") from None
         self.ray = ray
-        self.address = address
-        self.cpus_per_run = cpus_per_run
-        self.gpus_per_run = gpus_per_run
-        self.max_retries = max_retries
         self._started = False
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -182,17 +178,14 @@ class RayPlacement:
             raise RuntimeError(
                 f"--gpus-per-run {gpus_per_run:g}: the Ray cluster at {address} has {gpus:g} GPU(s) in all"
             )
-        self._task = ray.remote(_ray_task)
+        self._task = ray.remote(  # a failing run (exit code != 0) is reported, not retried
+            num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=max_retries, retry_exceptions=False
+        )(_ray_task)
 
     def run(self, config_path: Path, run_dir: Path) -> int:
         """Run one ``whale train`` as a Ray task and wait for it; its exit code, or -1 when Ray gave up
         on it (every retry lost its worker or node)."""
-        ref = self._task.options(
-            num_cpus=self.cpus_per_run,
-            num_gpus=self.gpus_per_run,
-            max_retries=self.max_retries,
-            retry_exceptions=False,  # a failing run (exit code != 0) is reported, not retried
-        ).remote(str(Path(config_path).resolve()), str(Path(run_dir).resolve()))
+        ref = self._task.remote(str(Path(config_path).resolve()), str(Path(run_dir).resolve()))
         try:
             return int(self.ray.get(ref))
         except self.ray.exceptions.RayError as exc:

@@ -28,7 +28,6 @@ from harnesses.loader import HarnessRef
 from whale_train.config_io import Config, at_least, option
 from whale_train.distributed import (
     already_sharded,
-    fsdp_on_cpu,
     full_state_dict,
     full_tensors,
     gathered,
@@ -331,7 +330,6 @@ class RSFTUpdater:
         from trl import SFTConfig, SFTTrainer
 
         datasets.disable_progress_bars()
-        fsdp_on_cpu()  # accelerate launch with FSDP on CPU ranks (the tests): see there
         cfg = self.config
         rows, distributed_args = training_rows(examples, cfg, self.tokenizer)  # (under accelerate: see there)
         kwargs = sft_arguments(cfg, self._scratch.name, self.bf16)

@@ -97,30 +97,25 @@ class ScheduleConfig(Config):
             raise ValueError("min_iterations must not exceed max_iterations")
 
 
-def _affordable(state: RunState, action: str) -> bool:
+def _within_budget(state: RunState, action: str, reason: str) -> ScheduleDecision:
+    """``action`` for ``reason`` when the budget affords one more unit of it, else a stop saying why."""
     cost = state.weight_step_cost if action == "weight" else state.harness_iteration_cost
-    return state.rollouts + cost <= state.budget
-
-
-def _budget_stop(state: RunState, action: str) -> ScheduleDecision:
-    return ScheduleDecision(
-        "stop",
-        f"budget: {state.rollouts} of {state.budget} rollouts spent, the next {action} unit would overspend",
-    )
+    if state.rollouts + cost > state.budget:
+        return ScheduleDecision(
+            "stop",
+            f"budget: {state.rollouts} of {state.budget} rollouts spent, the next {action} unit would overspend",
+        )
+    return ScheduleDecision(action, reason)
 
 
 class WeightOnly:
     def decide(self, state: RunState) -> ScheduleDecision:
-        if not _affordable(state, "weight"):
-            return _budget_stop(state, "weight")
-        return ScheduleDecision("weight", "weight-only: always train the weights")
+        return _within_budget(state, "weight", "weight-only: always train the weights")
 
 
 class HarnessOnly:
     def decide(self, state: RunState) -> ScheduleDecision:
-        if not _affordable(state, "harness"):
-            return _budget_stop(state, "harness")
-        return ScheduleDecision("harness", "harness-only: always search harnesses")
+        return _within_budget(state, "harness", "harness-only: always search harnesses")
 
 
 class Fixed:
@@ -159,9 +154,7 @@ class Fixed:
                 f"weight phase done: {state.phase_units} steps = E={self.weight_epochs} epochs; "
                 f"harness phase of I={self.harness_iterations} iterations (the first re-scores the incumbent)"
             )
-        if not _affordable(state, action):
-            return _budget_stop(state, action)
-        return ScheduleDecision(action, reason)
+        return _within_budget(state, action, reason)
 
 
 class Adaptive:
@@ -220,9 +213,7 @@ class Adaptive:
         else:
             done, why = self._harness_done(state)
             action, reason = ("weight", why) if done else ("harness", why)
-        if not _affordable(state, action):
-            return _budget_stop(state, action)
-        return ScheduleDecision(action, reason)
+        return _within_budget(state, action, reason)
 
 
 class Stagewise:
@@ -237,10 +228,8 @@ class Stagewise:
             return ScheduleDecision(
                 "weight", f"stagewise: weight stage, {state.weight_rollouts} of {weight_budget} rollouts"
             )
-        if not _affordable(state, "harness"):
-            return _budget_stop(state, "harness")
-        return ScheduleDecision(
-            "harness", f"stagewise: harness stage after {state.weight_rollouts} weight rollouts"
+        return _within_budget(
+            state, "harness", f"stagewise: harness stage after {state.weight_rollouts} weight rollouts"
         )
 
 

@@ -716,13 +716,17 @@ def _truncate_lines(path: Path, n: int) -> None:
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
+    from whale_train.cli_common import add_command
+
+    p = add_command(
+        subparsers,
         "train",
         help="train: alternate RSFT and harness search (or a baseline) under a rollout budget",
         description="Run WHALE or a baseline (method: whale, adaptive, weight-only, harness-only, stagewise, fst) "
         "from a YAML config. Leaves a run directory with the ledger, checkpoints, the harness archive, test "
         "evaluations and tracker logs (report_to: TensorBoard by default); --resume continues a stopped run "
         f"where it stopped. Shipped configs, by name: {', '.join(shipped_configs())}.",
+        example="rsft.learning_rate=5e-5",
     )
     p.add_argument(
         "config",
@@ -730,14 +734,6 @@ def add_parser(subparsers) -> None:
         default=None,
         help="a YAML config file or a shipped config's name (demo, math/whale, ...); "
         "with --resume it may be left out (the run's own config.yaml is used)",
-    )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a field (dotted for nested: rsft.learning_rate=5e-5)",
     )
     p.add_argument("--out", default=None, help="run directory (default: runs/<name>)")
     p.add_argument(

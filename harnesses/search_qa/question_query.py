@@ -1,7 +1,8 @@
 """Query rewriting: search with the question itself, show the top three passages, then ask for the answer.
 
 The model's own query (h0) is often poor for a small model; the question's words are a strong BM25
-query. One model call per episode.
+query. One model call per episode. Its ``run`` (one search, then the answer) is the offline library's
+one-search loop, which renders it from this file.
 """
 
 from harnesses.base import extract_tag
@@ -12,15 +13,18 @@ class SearchQuestionQuery(SearchH0):
     name = "search_qa/question_query"
     passages = 3
 
+    def first_query(self, info, llm):
+        return info["question"]
+
+    def answer(self, info, seen, llm):
+        reply = llm.complete(self.make_prompt(self.answer_prompt(info, seen), info, llm), **self.params())
+        return extract_tag(reply, "answer") or reply.strip()
+
     def run(self, env, llm):
         obs, info = env.reset()
         self.start(obs, info)
-        obs, reward, terminated, truncated, info = env.step(f"search: {info['question']}")
+        obs, reward, terminated, truncated, info = env.step(f"search: {self.first_query(info, llm)}")
         if terminated or truncated:
             return
-        passages = (info.get("passages") or [])[: self.passages]
-        reply = llm.complete(self.make_prompt(self.answer_prompt(info, passages), info, llm), **self.params())
-        env.step(f"answer: {self.clean(reply)}")
-
-    def clean(self, reply):
-        return extract_tag(reply, "answer") or reply.strip() or "unknown"
+        seen = (info.get("passages") or [])[: self.passages]
+        env.step(f"answer: {self.answer(info, seen, llm) or 'unknown'}")

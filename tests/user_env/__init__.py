@@ -16,7 +16,7 @@ import random
 import gymnasium as gym
 
 from whale_envs import ActionError, GeneratedSource, Outcome, Task, TextEnv
-from whale_envs.tasks import register_source
+from whale_envs.tasks import register_generator
 
 ENV_ID = "Reverse-v0"
 LETTERS = "abcdefgh"
@@ -39,7 +39,7 @@ def generated(path: str | None = None, size: int = 200, seed: int = 0) -> Genera
     return GeneratedSource(f"reverse(seed={seed})", [f"rev-{i}" for i in range(size)], _make, seed=seed)
 
 
-register_source("reverse", "generated", generated, takes_path=False, doc="random 4-letter words")
+register_generator("reverse", generated, doc="random 4-letter words")
 
 
 class ReverseEnv(TextEnv):

@@ -18,7 +18,7 @@ import chess
 
 from whale_envs.chess.puzzle import ChessPuzzle
 from whale_envs.data import bundled_path
-from whale_envs.tasks import ListSource, Task, TaskSourceError
+from whale_envs.tasks import ListSource, Task, TaskSourceError, existing
 
 LICHESS_COLUMNS = ("PuzzleId", "FEN", "Moves", "Rating", "Themes")
 
@@ -29,13 +29,6 @@ def _as_set(value: str | Iterable[str] | None) -> frozenset[str]:
     if isinstance(value, str):
         value = value.replace(",", " ").split()
     return frozenset(v.strip() for v in value if v.strip())
-
-
-def _existing(path: str | Path, what: str) -> Path:
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise TaskSourceError(f"{what}: file not found: {p}")
-    return p
 
 
 def rating_band(rating: int) -> str:
@@ -53,7 +46,7 @@ def load_lichess(
     exclude_themes: str | Iterable[str] | None = None,
 ) -> ListSource[ChessPuzzle]:
     """Load Lichess puzzles. Task id = ``PuzzleId``; the first move is the opponent's setup move."""
-    file = _existing(path, "lichess") if path else bundled_path("lichess_puzzles", "puzzles.csv")
+    file = existing(path, "lichess") if path else bundled_path("lichess_puzzles", "puzzles.csv")
     shown = path or "lichess (bundled sample)"
     want, drop = _as_set(themes), _as_set(exclude_themes)
     tasks = []
@@ -125,7 +118,7 @@ def _lichess_row(row: dict, where: str) -> tuple[ChessPuzzle, int, frozenset[str
 def load_epd(path: str | None = None) -> ListSource[ChessPuzzle]:
     """Load EPD suites. Task id = the ``id`` opcode (``file:line`` where a line has none)."""
     if path:
-        root = _existing(path, "epd")
+        root = existing(path, "epd", folder_ok=True)
         files = sorted(root.glob("*.epd")) if root.is_dir() else [root]
         if not files:
             raise TaskSourceError(f"epd: no .epd files in {root}")
@@ -157,15 +150,9 @@ def _epd_line(file: Path, line_no: int, text: str) -> Task[ChessPuzzle]:
 
 def _register() -> None:
     from whale_envs.chess.generator import make_generated
-    from whale_envs.tasks import register_source
+    from whale_envs.tasks import register_generator, register_source
 
-    register_source(
-        "chess",
-        "generated",
-        make_generated,
-        takes_path=False,
-        doc="mate-in-1/2 puzzles verified by search (no files)",
-    )
+    register_generator("chess", make_generated, "mate-in-1/2 puzzles verified by search (no files)")
     register_source("chess", "lichess", load_lichess, doc="Lichess puzzle CSV (bundled: 1000-puzzle sample)")
     register_source(
         "chess", "epd", load_epd, doc="EPD test suites, bm/am (bundled: WAC, Arasan 2024, ECM, IQ4, BT-2630)"

@@ -23,14 +23,7 @@ from typing import Any
 from whale_envs.data import bundled_path
 from whale_envs.math.problem import MathProblem
 from whale_envs.math.verify import last_boxed
-from whale_envs.tasks import ListSource, Task, TaskSourceError, json_lines
-
-
-def _existing(path: str, what: str) -> Path:
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise TaskSourceError(f"{what}: file not found: {p}")
-    return p
+from whale_envs.tasks import ListSource, Task, TaskSourceError, existing, json_lines
 
 
 def _rows(file: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -61,7 +54,7 @@ def gsm8k_final_answer(solution: str) -> str | None:
 
 def load_gsm8k(path: str | None = None) -> ListSource[MathProblem]:
     """Load GSM8K-format jsonl (see the module docstring)."""
-    file = _existing(path, "gsm8k") if path else bundled_path("gsm8k", "test.jsonl")
+    file = existing(path, "gsm8k") if path else bundled_path("gsm8k", "test.jsonl")
     shown = path or "gsm8k (bundled test split)"
     stem = file.stem
     tasks = []
@@ -111,7 +104,7 @@ def load_math(
     path: str | None = None, *, levels: str | int | None = None, subjects: str | None = None
 ) -> ListSource[MathProblem]:
     """Load MATH-format jsonl (see the module docstring)."""
-    file = _existing(path, "math") if path else bundled_path("math500", "test.jsonl")
+    file = existing(path, "math") if path else bundled_path("math500", "test.jsonl")
     shown = path or "math (bundled MATH-500)"
     want_levels = _levels(levels)
     want_subjects = {s.strip().lower() for s in subjects.split(",")} if subjects else None
@@ -142,14 +135,12 @@ def load_math(
 
 def _register() -> None:
     from whale_envs.math.generators import make_generated
-    from whale_envs.tasks import register_source
+    from whale_envs.tasks import register_generator, register_source
 
-    register_source(
+    register_generator(
         "math",
-        "generated",
         make_generated,
-        takes_path=False,
-        doc="arithmetic, word problems, linear equations, fractions; difficulty 1-5 (no files)",
+        "arithmetic, word problems, linear equations, fractions; difficulty 1-5 (no files)",
     )
     register_source("math", "gsm8k", load_gsm8k, doc="GSM8K jsonl (bundled: the 1319-problem test split)")
     register_source("math", "math", load_math, doc="MATH jsonl (bundled: MATH-500)")

@@ -271,38 +271,39 @@ def _value(fact: Entity | str) -> str:
     return fact.name if isinstance(fact, Entity) else fact
 
 
+# The sentences of each kind's passage, in order: (the facts a sentence states, the sentence). A fact of
+# ``Entity`` fills ``{fact}``; ``{name}`` is the entity's, ``{a_profession}`` the profession with its article.
+SENTENCES: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
+    "person": (
+        (("profession",), "{name} is {a_profession}."),
+        (("born_in", "birth_year"), "{name} was born in {born_in} in {birth_year}."),
+        (("works_for",), "{name} works for {works_for}."),
+    ),
+    "company": (
+        (("product",), "{name} is a company that makes {product}."),
+        (("founded_by", "founded_year"), "{name} was founded by {founded_by} in {founded_year}."),
+        (("based_in",), "{name} is based in {based_in}."),
+    ),
+    "city": (
+        (("in_country",), "{name} is a city in {in_country}."),
+        (("river",), "{name} lies on the {river} river."),
+        (("mayor",), "The mayor of {name} is {mayor}."),
+    ),
+    "country": (
+        (("kind",), "{name} is a country."),
+        (("capital",), "The capital of {name} is {capital}."),
+        (("language",), "The main language of {name} is {language}."),
+    ),
+}
+
+
 def sentences(e: Entity) -> dict[str, str]:
     """The sentence stating each fact of ``e``, in passage order."""
-    f, n = {k: _value(v) for k, v in e.facts.items()}, e.name
-    if e.kind == "person":
-        born = f"{n} was born in {f['born_in']} in {f['birth_year']}."
-        job = f"{n} is {_article(f['profession'])}."
-        return {
-            "profession": job,
-            "born_in": born,
-            "birth_year": born,
-            "works_for": f"{n} works for {f['works_for']}.",
-        }
-    if e.kind == "company":
-        founded = f"{n} was founded by {f['founded_by']} in {f['founded_year']}."
-        makes = f"{n} is a company that makes {f['product']}."
-        return {
-            "product": makes,
-            "founded_by": founded,
-            "founded_year": founded,
-            "based_in": f"{n} is based in {f['based_in']}.",
-        }
-    if e.kind == "city":
-        return {
-            "in_country": f"{n} is a city in {f['in_country']}.",
-            "river": f"{n} lies on the {f['river']} river.",
-            "mayor": f"The mayor of {n} is {f['mayor']}.",
-        }
-    return {
-        "kind": f"{n} is a country.",
-        "capital": f"The capital of {n} is {f['capital']}.",
-        "language": f"The main language of {n} is {f['language']}.",
-    }
+    f = {k: _value(v) for k, v in e.facts.items()}
+    f["name"] = e.name
+    if "profession" in f:
+        f["a_profession"] = _article(f["profession"])
+    return {fact: text.format(**f) for facts, text in SENTENCES[e.kind] for fact in facts}
 
 
 def render(e: Entity) -> Passage:

@@ -36,7 +36,7 @@ from typing import Any
 
 from whale_envs.data import bundled_path
 from whale_envs.search.corpus import Corpus, Passage, SearchQuestion, unique_ids
-from whale_envs.tasks import ListSource, Task, TaskSourceError, json_lines
+from whale_envs.tasks import ListSource, Task, TaskSourceError, existing, json_lines
 
 HOTPOT_SAMPLES = {
     "train": "hotpotqa_train_sample100.json",
@@ -51,13 +51,6 @@ _CORPORA: dict[tuple, Corpus] = {}
 
 
 # ------------------------------------------------------------------------------ reading files
-
-
-def _existing(path: str | Path, what: str) -> Path:
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise TaskSourceError(f"{what}: file not found: {p}")
-    return p
 
 
 def _file_key(path: Path) -> tuple:
@@ -157,7 +150,7 @@ def _build_corpus(name: str, rows: list[tuple[str | None, str, str]], where: str
 
 def load_corpus(path: str | Path) -> Corpus:
     """Load a corpus file (formats in the module docstring). Cached per file (path, mtime, size)."""
-    file = _existing(path, "search corpus")
+    file = existing(path, "search corpus")
     key = ("corpus", *_file_key(file))
     if key in _CORPORA:
         return _CORPORA[key]
@@ -243,13 +236,13 @@ def _load(
 
 def _resolve(path: str | None, bundled: tuple[str, str], what: str) -> tuple[Path, str]:
     if path:
-        return _existing(path, what), f"{what}:{path}"
+        return existing(path, what), f"{what}:{path}"
     return bundled_path(*bundled), what
 
 
 def _corpus_for(questions: Path, corpus: str | None) -> Path | None:
     if corpus is not None:
-        return _existing(corpus, "search corpus")
+        return existing(corpus, "search corpus")
     return _sibling_corpus(questions)
 
 
@@ -404,11 +397,9 @@ def clear_cache() -> None:
 
 def _register() -> None:
     from whale_envs.search.generator import make_generated
-    from whale_envs.tasks import register_source
+    from whale_envs.tasks import register_generator, register_source
 
-    register_source(
-        "search", "generated", make_generated, takes_path=False, doc="fictional worlds, 1-3 hop questions"
-    )
+    register_generator("search", make_generated, "fictional worlds, 1-3 hop questions")
     register_source(
         "search",
         "hotpotqa",

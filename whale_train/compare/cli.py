@@ -9,30 +9,25 @@ from pathlib import Path
 import yaml
 
 from whale_train import placement
+from whale_train.cli_common import add_command
 from whale_train.compare.plan import CompareConfig, plan, run_state
 from whale_train.compare.runner import run_grid
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "compare",
         help="run the methods x domains x seeds grid at matched budgets; the comparison table and plots",
         description="Run every (domain, method, seed) of a compare config (and its schedule ablation) as "
         "`whale train` subprocesses at the same rollout budget per domain, --jobs at a time, then write "
         "compare.md / compare.json and plots. Rerunning on the same --out skips finished runs and continues "
         "unfinished ones.",
+        example="eval.limit=32; a train config field, for every run",
     )
     p.add_argument("config", help="compare config (see configs/compare/)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (each with OMP_NUM_THREADS=1)")
     p.add_argument("--out", default=None, help="output folder (default: runs/compare/<name>)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a train config field of every run (dotted for nested: eval.limit=32)",
-    )
     p.add_argument(
         "--reference",
         default=None,

@@ -4,14 +4,13 @@ library, the chess warm-start formats."""
 from __future__ import annotations
 
 from whale_envs import CHESS_ID
-from whale_train.domains.registry import Domain, register_domain
+from whale_train.domains.registry import builtin_domain, register_domain
 
-CHESS = Domain(
-    name="chess",
-    env_id=CHESS_ID,
-    base_harness="chess_puzzles/h0",
+CHESS = builtin_domain(
+    "chess",
+    CHESS_ID,
     harness_dir="chess_puzzles",
-    harnesses=("chess_puzzles/h0", "chess_puzzles/choose", "chess_puzzles/vote"),
+    harnesses=("h0", "choose", "vote"),
     info_fields=(
         "fen",
         "board",
@@ -20,14 +19,9 @@ CHESS = Domain(
         "last_opponent_move",
         "solver_color",
         "goal",
-        "error",
-        "error_kind",
     ),
     actions="one move in UCI or SAN.",
     options_field="legal_moves_uci",
-    library="whale_train.meta_harness.library.chess:LIBRARY",
-    pretrain_formats="whale_train.pretrain.formats:CHESS",
-    prompt_edits="whale_train.meta_harness.prompt_only:CHESS_EDITS",
 )
 
 register_domain(CHESS)

@@ -85,6 +85,35 @@ class Domain:
         return tuple(load_ref(self.prompt_edits)) if self.prompt_edits else ()
 
 
+def builtin_domain(
+    name: str,
+    env_id: str,
+    harness_dir: str,
+    harnesses: tuple[str, ...],
+    info_fields: tuple[str, ...],
+    actions: str,
+    options_field: str | None = None,
+) -> Domain:
+    """A domain shipped with WHALE, its parts where the built-in ones keep them: ``harnesses`` in
+    ``harnesses/<harness_dir>/`` (the first is the base), the mechanism library
+    ``meta_harness/library/<name>.py:LIBRARY``, the formats ``pretrain/formats.py:<NAME>``, the prompt
+    edits ``meta_harness/prompt_only.py:<NAME>_EDITS``; the env's error fields end ``info_fields``."""
+    shipped = tuple(f"{harness_dir}/{h}" for h in harnesses)
+    return Domain(
+        name=name,
+        env_id=env_id,
+        base_harness=shipped[0],
+        harness_dir=harness_dir,
+        harnesses=shipped,
+        info_fields=(*info_fields, *COMMON_INFO[3:]),
+        actions=actions,
+        options_field=options_field,
+        library=f"whale_train.meta_harness.library.{name}:LIBRARY",
+        pretrain_formats=f"whale_train.pretrain.formats:{name.upper()}",
+        prompt_edits=f"whale_train.meta_harness.prompt_only:{name.upper()}_EDITS",
+    )
+
+
 _REGISTRY: dict[str, Domain] = {}
 
 

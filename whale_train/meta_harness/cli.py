@@ -23,7 +23,7 @@ from whale_train.meta_harness.lineage import lineage_report
 
 def add_parser(subparsers: Any) -> None:
     """Register ``whale search`` and ``whale lineage`` on the ``whale`` command's subparsers."""
-    from whale_train.cli_common import count
+    from whale_train.cli_common import add_set_option, count
 
     p = subparsers.add_parser(
         "search",
@@ -46,7 +46,7 @@ def add_parser(subparsers: Any) -> None:
         "--prompt-only", action="store_true", help="change only the seed's prompt text (FST baseline)"
     )
     p.add_argument("--config", default=None, help="a YAML file of MetaHarnessConfig fields")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    add_set_option(p)
     p.add_argument(
         "--harness-tasks", type=count(1), default=None, help="search tasks per candidate (default 256)"
     )
@@ -78,7 +78,7 @@ def search_config(args: argparse.Namespace) -> MetaHarnessConfig:
         "prompt_only": True if args.prompt_only else None,
     }
     flags = {k: v for k, v in flags.items() if v is not None}
-    return MetaHarnessConfig.load(args.config, args.set, section="search", flags=flags)
+    return MetaHarnessConfig.load(args.config, args.overrides, section="search", flags=flags)
 
 
 def cmd_search(args: argparse.Namespace) -> int:

@@ -64,79 +64,57 @@ PROMPT-ONLY MODE: you may change only the string constants (prompt text) of the 
 {seed_id}/harness.py. Any other difference in the code is rejected.
 """
 
+
+def _tool(name: str, description: str, required: tuple[str, ...] = (), **properties: str | tuple[str, str]):
+    """An OpenAI function tool. A property is its JSON type, or (type, description)."""
+    props = {
+        key: {"type": p} if isinstance(p, str) else {"type": p[0], "description": p[1]}
+        for key, p in properties.items()
+    }
+    parameters: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        parameters["required"] = list(required)
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
 TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "list_files",
-            "description": "List a folder of the archive (folders end with /).",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "relative to the archive; default ."}
-                },
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a text file of the archive, from a character offset.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "offset": {"type": "integer"},
-                    "length": {"type": "integer"},
-                },
-                "required": ["path"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "grep",
-            "description": "Lines matching a Python regular expression in the archive's text files.",
-            "parameters": {
-                "type": "object",
-                "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
-                "required": ["pattern"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "validate_candidate",
-            "description": "Check harness source against the rules and run it with null models (no score).",
-            "parameters": {
-                "type": "object",
-                "properties": {"source": {"type": "string"}},
-                "required": ["source"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "submit_candidate",
-            "description": "Propose a harness: its full source and the hypothesis behind it.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "source": {"type": "string"},
-                    "hypothesis": {"type": "string"},
-                    "parent": {
-                        "type": "string",
-                        "description": "the id it builds on (default: the incumbent)",
-                    },
-                },
-                "required": ["source", "hypothesis"],
-            },
-        },
-    },
+    _tool(
+        "list_files",
+        "List a folder of the archive (folders end with /).",
+        path=("string", "relative to the archive; default ."),
+    ),
+    _tool(
+        "read_file",
+        "Read a text file of the archive, from a character offset.",
+        ("path",),
+        path="string",
+        offset="integer",
+        length="integer",
+    ),
+    _tool(
+        "grep",
+        "Lines matching a Python regular expression in the archive's text files.",
+        ("pattern",),
+        pattern="string",
+        path="string",
+    ),
+    _tool(
+        "validate_candidate",
+        "Check harness source against the rules and run it with null models (no score).",
+        ("source",),
+        source="string",
+    ),
+    _tool(
+        "submit_candidate",
+        "Propose a harness: its full source and the hypothesis behind it.",
+        ("source", "hypothesis"),
+        source="string",
+        hypothesis="string",
+        parent=("string", "the id it builds on (default: the incumbent)"),
+    ),
 ]
 
 _FENCED = re.compile(r"```(?:python)?\n(.*?)```", re.S)

@@ -243,12 +243,7 @@ class OfflineProposer:
     ) -> Proposal:
         cid = candidate_id(ctx.iteration, slot)
         hypothesis = _hypothesis(ctx, opt)
-        if opt.change == "prompt":
-            summary = f"prompt edit: {opt.what}"
-        elif opt.change == "memory":
-            summary = f"memory: {len(opt.genome['examples'])} solved examples"
-        else:
-            summary = f"{opt.what}: {opt.old} -> {opt.new}"
+        summary = _told(opt)[0]
         if opt.change == "prompt":
             return Proposal(
                 source=opt.source or "",
@@ -381,14 +376,30 @@ def _hypothesis(ctx: ProposalContext, opt: _Option) -> str:
     else:
         seen = f"{parent} has no score under model v{ctx.model_version} yet."
     aims = ", ".join(k for k, _ in sorted(opt.targets.items(), key=lambda kv: -kv[1])) or "the success rate"
-    if opt.change == "prompt":
-        change = f"Prompt edit '{opt.what}': {opt.doc}."
-    elif opt.change == "constant":
-        change = f"Constant {opt.what}: {opt.old} -> {opt.new} ({opt.doc})."
-    elif opt.change == "memory":
-        change = f"Memory: show up to {len(opt.genome['examples'])} examples the model solved under {parent}."
-    elif opt.change == "compose":
-        change = f"Compose: {opt.what} = {opt.new} from {opt.parents[1]} ({opt.doc}) into the incumbent."
-    else:
-        change = f"Mechanism {opt.what}: {opt.old} -> {opt.new} ({opt.doc})."
-    return f"{seen} {change} Aimed at: {aims}; expected to raise the success rate."
+    return f"{seen} {_told(opt)[1]} Aimed at: {aims}; expected to raise the success rate."
+
+
+# How a change is told: (the archive's one-line summary, the hypothesis's sentence), filled from the option.
+_TOLD = {
+    "prompt": ("prompt edit: {what}", "Prompt edit '{what}': {doc}."),
+    "constant": ("{what}: {old} -> {new}", "Constant {what}: {old} -> {new} ({doc})."),
+    "memory": (
+        "memory: {examples} solved examples",
+        "Memory: show up to {examples} examples the model solved under {parent}.",
+    ),
+    "compose": ("{what}: {old} -> {new}", "Compose: {what} = {new} from {donor} ({doc}) into the incumbent."),
+    "mechanism": ("{what}: {old} -> {new}", "Mechanism {what}: {old} -> {new} ({doc})."),
+}
+
+
+def _told(opt: _Option) -> tuple[str, str]:
+    fields = {
+        "what": opt.what,
+        "old": opt.old,
+        "new": opt.new,
+        "doc": opt.doc,
+        "parent": opt.parents[0],
+        "donor": opt.parents[1] if len(opt.parents) > 1 else None,
+        "examples": len(opt.genome["examples"]) if opt.change == "memory" else None,
+    }
+    return tuple(text.format(**fields) for text in _TOLD[opt.change])

@@ -311,15 +311,7 @@ class HarnessSearch:
             results.append(self._scored_result(cid, version, origin))
         challengers = [r for r in results if r.id != incumbent]
         return self._finish(
-            "rescore",
-            None,
-            version,
-            incumbent,
-            results,
-            challengers,
-            origin,
-            start,
-            triggered_by=_by_iteration,
+            origin, version, incumbent, results, challengers, start, triggered_by=_by_iteration
         )
 
     # ------------------------------------------------------------------ iterate
@@ -349,13 +341,11 @@ class HarnessSearch:
             results.append(self._validated_scored(cid, version, origin))
         challengers = [r for r in results if r.status == "valid"]
         return self._finish(
-            "iteration",
-            iteration,
+            origin,
             version,
             incumbent,
             results,
             challengers,
-            origin,
             start,
             extra_rollouts=rescore_rollouts,
             check_episodes=sum(r.check_episodes for r in results),
@@ -366,18 +356,18 @@ class HarnessSearch:
 
     def _finish(
         self,
-        kind: str,
-        iteration: int | None,
+        origin: dict[str, Any],
         version: int,
         incumbent: str,
         results: list[CandidateResult],
         challengers: list[CandidateResult],
-        origin: dict[str, Any],
         start: float,
         extra_rollouts: int = 0,
         **fields: Any,
     ) -> IterationReport:
-        """Decide, record the step (which completes it) and log the verdict."""
+        """Decide, record the step (which completes it) and log the verdict. ``origin`` (the step's
+        kind and iteration) is also what its rollouts were charged under."""
+        kind, iteration = origin["kind"], origin.get("iteration")
         accepted, reason, winner = self._decide(incumbent, challengers, version)
         report = IterationReport(
             kind=kind,

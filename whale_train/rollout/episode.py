@@ -80,8 +80,6 @@ class Episode:
         limits: EpisodeLimits,
     ):
         self.env = env
-        self.task_id = task_id
-        self.seed = seed
         self.batcher = batcher
         self.limits = limits
         self._reset_done = False
@@ -124,7 +122,7 @@ class Episode:
         if self._reset_done:
             raise HarnessCallError("env.reset() may be called once per episode (the engine chose the task)")
         self._reset_done = True
-        obs, info = self.env.reset(seed=self.seed, options={"task_id": self.task_id})
+        obs, info = self.env.reset(seed=self.traj.seed, options={"task_id": self.traj.task_id})
         self.traj.reset_observation = obs
         return self._done((obs, jsonable(info)))
 
@@ -201,7 +199,7 @@ class Episode:
         reqs = []
         for prompt in prompts:
             _check_prompt(prompt)
-            reqs.append(Request(prompt, sp, stable_seed(self.seed, self._n_requests)))
+            reqs.append(Request(prompt, sp, stable_seed(self.traj.seed, self._n_requests)))
             self._n_requests += 1
         return reqs
 

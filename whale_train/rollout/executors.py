@@ -99,10 +99,11 @@ def run_rollouts(
     """
     config = config or RolloutConfig()
     env_kwargs = {"split": "test", **(env_kwargs or {})}
-    # The registration is part of the key: an id registered again (a user env reloaded) gets new envs.
-    # (``module:EnvId`` is registered by the first ``gym.make``, under ``EnvId``.)
-    registration = gym.envs.registry.get(env_id.rsplit(":", 1)[-1])
-    pool_key = f"{env_id}@{id(registration)}" + json.dumps(env_kwargs, sort_keys=True, default=repr)
+    # The env's entry point is part of the key: an id registered again for another class gets new envs
+    # (``module:EnvId`` is registered by the first ``gym.make``, under ``EnvId``).
+    entry = getattr(gym.envs.registry.get(env_id.rsplit(":", 1)[-1]), "entry_point", None)
+    entry = entry if entry is None or isinstance(entry, str) else f"{entry.__module__}:{entry.__qualname__}"
+    pool_key = f"{env_id}@{entry}" + json.dumps(env_kwargs, sort_keys=True, default=repr)
 
     def make_env() -> gym.Env:
         with _POOL_LOCK:

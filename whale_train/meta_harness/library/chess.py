@@ -49,11 +49,10 @@ SLOTS = {
             {"illegal": 1.0, "parse": 0.8},
         ),
     },
-    "hint": {
-        "none": Choice("no hint (h0)"),
-        "checks": Choice("a hint: look at checks first, a mate is a check with no escape", {"wrong": 0.4}),
-        "legal_only": Choice("a hint: only a move from the list is accepted", {"illegal": 0.4}),
-    },
+    "hint": core.hint_slot(
+        checks=Choice("a hint: look at checks first, a mate is a check with no escape", {"wrong": 0.4}),
+        legal_only=Choice("a hint: only a move from the list is accepted", {"illegal": 0.4}),
+    ),
     "memory": memory_slot("puzzle"),
 }
 
@@ -67,12 +66,7 @@ CONSTANTS = {
     "samples": Constant(
         (4, 8, 16), "samples per vote", {"wrong": 0.3}, lambda g: g["slots"]["action"] == "vote"
     ),
-    "format_retries": Constant(
-        (0, 1, 2),
-        "retries after an unparseable answer",
-        {"parse": 0.4},
-        lambda g: g["slots"]["action"] == "generate",
-    ),
+    "format_retries": core.format_retries(reply="answer"),
     "illegal_retries": Constant(
         (0, 1, 2, 3),
         "retries after an illegal move, with the env's message",
@@ -81,19 +75,9 @@ CONSTANTS = {
     ),
 }
 
-H0: Genome = {
-    "domain": "chess",
-    "slots": {
-        "observation": "full",
-        "notation": "uci",
-        "output": "tag",
-        "action": "generate",
-        "hint": "none",
-        "memory": "none",
-    },
-    "constants": {"temperature": 1.0, "samples": 8, "format_retries": 1, "illegal_retries": 1},
-    "examples": [],
-}
+H0 = core.seed_genome(
+    "chess", SLOTS, {"temperature": 1.0, "samples": 8, "format_retries": 1, "illegal_retries": 1}
+)
 
 HINTS = {
     "none": "",

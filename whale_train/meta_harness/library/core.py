@@ -76,6 +76,23 @@ class DomainLibrary:
         return out
 
 
+def format_retries(values: tuple[int, ...] = (0, 1, 2), reply: str = "reply") -> Constant:
+    """The constant every library has: retries after an unparseable ``reply``, with a note on the format
+    (the ``generate`` action only)."""
+    return Constant(
+        values,
+        f"retries after an unparseable {reply}",
+        {"parse": 0.4},
+        lambda g: g["slots"]["action"] == "generate",
+    )
+
+
+def hint_slot(**hints: Choice) -> dict[str, Choice]:
+    """The hint slot every built-in domain has: no hint (h0), or one of ``hints`` (a line the render
+    puts before the instruction)."""
+    return {"none": Choice("no hint (h0)"), **hints}
+
+
 def memory_slot(item: str) -> dict[str, Choice]:
     """The memory slot every built-in domain has: no examples (h0), or solved ``item``s harvested from
     the archive's traces shown before the current one (``DomainLibrary.harvest``)."""
@@ -85,6 +102,13 @@ def memory_slot(item: str) -> dict[str, Choice]:
             f"solved {item}s from the archive's traces shown before the {item}", {"wrong": 0.3}
         ),
     }
+
+
+def seed_genome(domain: str, slots: dict[str, dict[str, Choice]], constants: dict[str, Any]) -> Genome:
+    """The genome of a domain's h0: the first choice of every slot (the one whose doc says "(h0)"), the
+    h0 values of ``constants``, no examples."""
+    first = {slot: next(iter(choices)) for slot, choices in slots.items()}
+    return {"domain": domain, "slots": first, "constants": dict(constants), "examples": []}
 
 
 def key(genome: Genome, library: DomainLibrary) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from harnesses.base import Harness
 from harnesses.validate import validate_source
-from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, py
+from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, format_retries, py
 
 #: The class attributes a genome's constants set, with the base class's defaults.
 TUNED = ("temperature", "max_tokens", "format_retries")
@@ -83,12 +83,7 @@ def seed_library(seed_source: str, domain: str, options_field: str | None = None
             {"truncated": 1.0},
             not_choose,
         ),
-        "format_retries": Constant(
-            _values((0, 1, 2), values["format_retries"]),
-            "retries after an unparseable reply",
-            {"parse": 0.4},
-            lambda g: g["slots"]["action"] == "generate",
-        ),
+        "format_retries": format_retries(_values((0, 1, 2), values["format_retries"])),
         "samples": Constant(
             (4, 8, 16), "samples per vote", {"wrong": 0.3}, lambda g: g["slots"]["action"] == "vote"
         ),

@@ -51,10 +51,9 @@ SLOTS = {
             {"tool_helps": 1.5, "wrong": 0.3},
         ),
     },
-    "hint": {
-        "none": Choice("no hint (h0)"),
-        "numeric": Choice("a hint: the answer is a single number", {"parse": 0.3, "wrong": 0.2}),
-    },
+    "hint": core.hint_slot(
+        numeric=Choice("a hint: the answer is a single number", {"parse": 0.3, "wrong": 0.2})
+    ),
     "memory": memory_slot("problem"),
 }
 
@@ -64,27 +63,12 @@ CONSTANTS = {
         (4, 8, 16), "samples per reply", {"wrong": 0.3}, lambda g: g["slots"]["action"] != "generate"
     ),
     "max_tokens": Constant((32, 48, 96), "tokens per reply", {"truncated": 1.0}),
-    "format_retries": Constant(
-        (0, 1, 2),
-        "retries after an unparseable reply",
-        {"parse": 0.4},
-        lambda g: g["slots"]["action"] == "generate",
-    ),
+    "format_retries": core.format_retries(),
 }
 
-H0: Genome = {
-    "domain": "math",
-    "slots": {
-        "observation": "full",
-        "output": "boxed",
-        "tool": "offer",
-        "action": "generate",
-        "hint": "none",
-        "memory": "none",
-    },
-    "constants": {"temperature": 1.0, "samples": 8, "max_tokens": 48, "format_retries": 1},
-    "examples": [],
-}
+H0 = core.seed_genome(
+    "math", SLOTS, {"temperature": 1.0, "samples": 8, "max_tokens": 48, "format_retries": 1}
+)
 
 FORMATS = {
     "boxed": "Put the final answer in \\boxed{}.",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from harnesses.search_qa.follow_up import SearchFollowUp
+from harnesses.search_qa.question_query import SearchQuestionQuery
 from whale_train.meta_harness.library import core
 from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, memory_slot
 from whale_train.rollout import Trajectory
@@ -48,10 +49,9 @@ SLOTS = {
             {"parse": 1.0, "wrong": 0.3},
         ),
     },
-    "hint": {
-        "none": Choice("no hint (h0)"),
-        "short": Choice("a hint: answer with a short phrase from the passages", {"wrong": 0.4}),
-    },
+    "hint": core.hint_slot(
+        short=Choice("a hint: answer with a short phrase from the passages", {"wrong": 0.4})
+    ),
     "memory": memory_slot("question"),
 }
 
@@ -67,19 +67,9 @@ CONSTANTS = {
     ),
 }
 
-H0: Genome = {
-    "domain": "search",
-    "slots": {
-        "query": "model",
-        "follow_up": "none",
-        "answer": "generate",
-        "output": "tag",
-        "hint": "none",
-        "memory": "none",
-    },
-    "constants": {"passages": 1, "passage_chars": 800, "temperature": 1.0, "samples": 4, "follow_ups": 1},
-    "examples": [],
-}
+H0 = core.seed_genome(
+    "search", SLOTS, {"passages": 1, "passage_chars": 800, "temperature": 1.0, "samples": 4, "follow_ups": 1}
+)
 
 #: Question words and fillers dropped by the ``keywords`` query rewriting.
 STOPWORDS = (
@@ -198,18 +188,9 @@ def render(g: Genome, name: str) -> str:
                     break
             env.step(f"answer: {self.answer(info, seen, llm) or 'unknown'}")
             """
-    else:
-        run = """
-            obs, info = env.reset()
-            self.start(obs, info)
-            obs, reward, terminated, truncated, info = env.step(f"search: {self.first_query(info, llm)}")
-            if terminated or truncated:
-                return
-            seen = (info.get("passages") or [])[: self.passages]
-            env.step(f"answer: {self.answer(info, seen, llm) or 'unknown'}")
-            """
-    if s["follow_up"] != "model_choose":  # that one is the shipped search_qa/follow_up's loop
         parts.append(core.define("run(self, env, llm)", run))
+    else:  # one search: the shipped search_qa/question_query's loop
+        parts.append(core.method(core.code_of(SearchQuestionQuery.run)))
     prefix = ""
     if s["query"] == "keywords":
         prefix += f"#: Question words and fillers left out of the query.\nSTOPWORDS = {core.py(' '.join(STOPWORDS))}.split()\n\n\n"
