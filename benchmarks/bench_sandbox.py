@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.reporting import report
 from whale_envs.sandbox import Limits, _boot_python, run_python
 
 LIMITS = Limits(isolation="namespaces")
@@ -33,15 +34,6 @@ def timed(fn, *args, **kwargs) -> tuple[float, object]:
     start = time.perf_counter()
     value = fn(*args, **kwargs)
     return time.perf_counter() - start, value
-
-
-def report(benchmark, name: str, **figures) -> None:
-    benchmark.extra_info.update({k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()})
-    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
-    print(
-        f"\n{name}: "
-        + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items())
-    )
 
 
 @pytest.mark.benchmark(group="sandbox")

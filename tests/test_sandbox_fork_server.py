@@ -47,6 +47,19 @@ def _running_children(pid: int) -> list[int]:
     return kids
 
 
+def _carrying(marker: str) -> list[str]:
+    """Pids of the processes whose command line carries ``marker``."""
+    found = []
+    for entry in os.scandir("/proc"):
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(entry.name)
+        except OSError:
+            continue
+    return found
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
@@ -109,21 +122,10 @@ def test_a_background_process_is_gone_when_the_call_returns():
     )
     assert result.ok and result.stdout == "spawned\n", result
 
-    def left() -> list[str]:
-        found = []
-        for entry in os.scandir("/proc"):
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(entry.name)
-            except OSError:
-                continue
-        return found
-
     deadline = time.monotonic() + 2  # the kernel reaps a killed namespace asynchronously
-    while left() and time.monotonic() < deadline:
+    while _carrying(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert left() == []
+    assert _carrying(marker) == []
 
 
 @pytest.mark.parametrize(
@@ -266,21 +268,10 @@ def test_a_call_whose_caller_dies_is_killed():
     )
     assert done.returncode == 0 and done.stdout.split() == ["2"], done.stderr  # the probe and the call
 
-    def left() -> list[str]:
-        found = []
-        for entry in os.scandir("/proc"):
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(entry.name)
-            except OSError:
-                continue
-        return found
-
     deadline = time.monotonic() + 5
-    while left() and time.monotonic() < deadline:
+    while _carrying(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert left() == []
+    assert _carrying(marker) == []
 
 
 def test_a_served_call_writes_nothing_on_the_host(monkeypatch):
