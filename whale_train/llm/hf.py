@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +88,16 @@ class TransformersLLM(TokenizerPrompts):
 
     # ------------------------------------------------------------------------------ sampling (prompts: TokenizerPrompts)
 
+    #: ``complete`` takes ``on_done``: the batcher hands each finished completion back at once.
+    streams = True
+
     @torch.inference_mode()
-    def complete(self, requests: Sequence[Request]) -> list[Completion]:
+    def complete(
+        self, requests: Sequence[Request], on_done: Callable[[int, Completion], None] | None = None
+    ) -> list[Completion]:
+        """Sample every request; ``on_done(i, completion)`` is called as soon as request ``i`` is done,
+        while the rest of its batch still decodes (its episode goes on meanwhile: its env step, a tool
+        call, its next prompt)."""
         results: list[Completion | None] = [None] * len(requests)
         prepared = []
         for i, req in enumerate(requests):
@@ -100,9 +108,14 @@ class TransformersLLM(TokenizerPrompts):
         prepared.sort(key=lambda p: len(p[2]))  # similar lengths share a batch: less padding
         for start in range(0, len(prepared), self.max_batch_size):
             chunk = prepared[start : start + self.max_batch_size]
-            outs = self._sample([(ids, requests[i]) for i, _, ids in chunk])
-            for (i, text, ids), (new_ids, finish) in zip(chunk, outs, strict=True):
+
+            def finished(row: int, new_ids: list[int], finish: str, chunk=chunk) -> None:
+                i, text, ids = chunk[row]
                 results[i] = self._completion(requests[i], text, ids, new_ids, finish)
+                if on_done is not None:
+                    on_done(i, results[i])
+
+            self._sample([(ids, requests[i]) for i, _, ids in chunk], finished)
         return results  # type: ignore[return-value]
 
     def _completion(self, req: Request, prompt_text: str, prompt_ids, new_ids, finish) -> Completion:
@@ -119,8 +132,21 @@ class TransformersLLM(TokenizerPrompts):
             completion_tokens=len(new_ids),
         )
 
-    def _sample(self, batch: list[tuple[list[int], Request]]) -> list[tuple[list[int], str]]:
+    def _sample(
+        self,
+        batch: list[tuple[list[int], Request]],
+        finished: Callable[[int, list[int], str], None] | None = None,
+    ) -> list[tuple[list[int], str]]:
+        """Sample each row of ``batch``: (new ids, finish reason) per row; ``finished(row, new ids,
+        finish reason)`` is called as each row ends, before the rest of the batch is done."""
         n = len(batch)
+        finish = ["length"] * n
+
+        def end(r: int, why: str) -> None:
+            finish[r] = why
+            if finished is not None:
+                finished(r, out_ids[r], why)
+
         compact = self.compactable
         # Identical prompts (a vote's n samples, retries) are encoded once; the cache is then copied.
         # Without row selection in the cache (see ``compactable``) every row is encoded on its own.
@@ -141,7 +167,6 @@ class TransformersLLM(TokenizerPrompts):
         temps = torch.tensor([req.params.temperature for req in reqs], dtype=torch.float32)
         top_ps = torch.tensor([req.params.top_p for req in reqs], dtype=torch.float32)
         out_ids: list[list[int]] = [[] for _ in range(n)]
-        finish = ["length"] * n
         active = list(range(n))  # original row index of each row still being sampled
         rows = list(
             range(n)
@@ -172,9 +197,11 @@ class TransformersLLM(TokenizerPrompts):
                 out_ids[r].append(tok)
                 params = reqs[r].params
                 if tok in self.eos_ids or (params.stop and self._hit_stop(out_ids[r], params.stop)):
-                    finish[r] = "stop"
+                    end(r, "stop")
                 elif len(out_ids[r]) < params.max_tokens:
                     keep.append(j)
+                else:
+                    end(r, "length")
             if not keep:
                 break
             if compact:
