@@ -342,7 +342,9 @@ class _WorkerRun:
         self.worker: _Worker | None = None
         # Env operations of the episodes, off the thread that reads the worker; the lock of an episode
         # keeps its operations (and its end) one at a time, whatever its harness sends.
-        self.env_threads = ThreadPoolExecutor(max_workers=max(1, config.concurrency), thread_name_prefix="env")
+        self.env_threads = ThreadPoolExecutor(
+            max_workers=max(1, config.concurrency), thread_name_prefix="env"
+        )
         self.locks: dict[Episode, threading.Lock] = {}
 
     def run(self) -> list[Trajectory]:
