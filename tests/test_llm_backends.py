@@ -62,6 +62,25 @@ def test_a_request_samples_the_same_whatever_its_batch(llm):
     assert llm.complete([Request(req.prompt, req.params, seed=43)])[0].completion_ids != alone
 
 
+def test_long_prompts_prefilled_in_slices_sample_the_same(llm, monkeypatch):
+    """A batch of long prompts is prefilled a few rows at a time and the caches joined: the same
+    completions as one prefill of the whole batch."""
+    reqs = [
+        Request(f"Legal moves: e2e4 g1f3 {i} " * (3 + i), SamplingParams(max_tokens=6 + i), seed=i)
+        for i in range(7)
+    ]
+    whole = [c.completion_ids for c in llm.complete(reqs)]
+    assert llm._joinable
+    monkeypatch.setattr(llm, "prefill_tokens", 40)  # two or three rows per slice
+    calls = []
+    forward = llm.model.forward
+    monkeypatch.setattr(
+        llm.model, "forward", lambda *a, **k: calls.append(k["input_ids"].shape) or forward(*a, **k)
+    )
+    assert [c.completion_ids for c in llm.complete(reqs)] == whole
+    assert sum(1 for shape in calls if shape[1] > 1) > 1  # the prompts went in more than one slice
+
+
 def test_score_is_the_summed_log_likelihood(llm):
     prompt, conts = "Answer: ", ["<move>e2e4</move>", "\\boxed{7}"]
     scored = llm.score(prompt, conts)

@@ -65,6 +65,8 @@ class TransformersLLM(TokenizerPrompts):
         self.model.to(self.device)
         self.model.eval()
         self.max_batch_size = max_batch_size
+        #: Prompt tokens per prefill forward pass on a CPU (see ``_prefill``); a GPU takes the batch whole.
+        self.prefill_tokens = 2048 if self.device.type == "cpu" else 1 << 30
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.version = 0
         pad = self.tokenizer.pad_token_id
@@ -92,6 +94,11 @@ class TransformersLLM(TokenizerPrompts):
         model with a cache of its own) is sampled without compaction: finished rows stay in the batch."""
         ids = torch.tensor([[self.pad_id]], device=self.device)
         cache = _out_cache(self.model(input_ids=ids, use_cache=True, logits_to_keep=1))
+        from transformers.cache_utils import DynamicLayer
+
+        layers = getattr(cache, "layers", None)
+        # Prefill slices can be joined: every layer a plain key/value one (not linear attention).
+        self._joinable = bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
         return cache is not None and callable(getattr(cache, "reorder_cache", None))
 
     # ------------------------------------------------------------------------------ sampling (prompts: TokenizerPrompts)
@@ -182,11 +189,7 @@ class TransformersLLM(TokenizerPrompts):
 
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
-        )
-        cache = _out_cache(out)
-        logits = out.logits[:, -1, :].float().cpu()
+        cache, logits = self._prefill(input_ids, mask, positions)
         if len(prompts) < n:
             expand = torch.tensor(row_of)
             select_rows(cache, expand.to(self.device))
@@ -236,6 +239,39 @@ class TransformersLLM(TokenizerPrompts):
             cache = _out_cache(out)
             logits = out.logits[:, -1, :].float().cpu()
         return list(zip(out_ids, finish, strict=True))
+
+    def _prefill(self, input_ids, mask, positions) -> tuple[Any, torch.Tensor]:
+        """The prompts' forward pass: (cache, last logits on the CPU). A batch of long prompts runs in
+        slices of about ``prefill_tokens`` tokens whose caches are then joined (128 chess prompts of
+        ~340 tokens at once took longer on a CPU than the same prompts 16 at a time: attention
+        scores of that size leave the caches); only for plain key/value caches."""
+        rows, width = input_ids.shape
+        per = max(1, self.prefill_tokens // width)
+        if per >= rows or not self._joinable:
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            return _out_cache(out), out.logits[:, -1, :].float().cpu()
+        caches, logits = [], []
+        for s in range(0, rows, per):
+            out = self.model(
+                input_ids=input_ids[s : s + per],
+                attention_mask=mask[s : s + per],
+                position_ids=positions[s : s + per],
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            caches.append(_out_cache(out))
+            logits.append(out.logits[:, -1, :].float().cpu())
+        cache = caches[0]
+        for i, layer in enumerate(cache.layers):
+            layer.keys = torch.cat([c.layers[i].keys for c in caches])
+            layer.values = torch.cat([c.layers[i].values for c in caches])
+        return cache, torch.cat(logits)
 
     def _hit_stop(self, ids: list[int], stop: tuple[str, ...]) -> bool:
         tail = self.tokenizer.decode(ids[-16:], skip_special_tokens=True)
