@@ -120,6 +120,10 @@ def test_rollout_vs_raw_sampling_vs_one_at_a_time(benchmark, shipped, monkeypatc
         assert key(trajs) == key(first)  # same seeds, same trajectories, whatever the timing
     one_s, alone = rollout(1)
     assert key(alone) == key(first)
+    # The model's own gain from batching: the same calls one at a time, raw. One episode at a time
+    # cannot be slower than rollouts by more than this and the rollout's own overhead (chess on a
+    # CPU: its ~340-token prefills cost as much batched as one by one).
+    raw_one_s = in_thread(lambda: timed(lambda: [shipped.complete([r]) for b in batches for r in b])[0])
     raw, roll = statistics.median(raw_s), statistics.median(roll_s)
     report(
         benchmark,
@@ -134,6 +138,8 @@ def test_rollout_vs_raw_sampling_vs_one_at_a_time(benchmark, shipped, monkeypatc
         rollout_over_raw=roll / raw,
         in_model_over_raw=statistics.median(model_s) / raw,
         speedup_over_one_at_a_time=one_s / roll,
+        raw_one_by_one_s=raw_one_s,
+        raw_batching_gain=raw_one_s / raw,
     )
 
 
