@@ -128,6 +128,7 @@ def test_failure_categories():
     assert categorize(t) == "harness_error"
 
 
+@pytest.mark.slow
 def test_the_worker_runs_the_tool_calls_of_different_episodes_at_once():
     """Env steps of untrusted episodes are served off the thread that reads the worker: the sandboxed
     tool calls of four episodes overlap in the sandbox pool (they used to run one after another)."""
