@@ -100,6 +100,23 @@ def test_rollout_vs_raw_sampling_vs_one_at_a_time(benchmark, shipped, monkeypatc
             Recorded.last = self
 
     monkeypatch.setattr(executors, "Batcher", Recorded)
+    # The seconds of the env's sandboxed tool calls (math's Python tool): env time raw sampling has not.
+    from whale_envs import workers
+
+    tool_s: list[float] = []
+    call = workers.call
+
+    def timed_call(kind, fn, *args, **kwargs):
+        def run(*a, **k):  # in the pool's thread: the call's own time, not its wait in the queue
+            start = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                tool_s.append(time.perf_counter() - start)
+
+        return call(kind, run if kind == "sandbox" else fn, *args, **kwargs)
+
+    monkeypatch.setattr(workers, "call", timed_call)
     n = 8 if benchmark.disabled else 128  # `make test` only checks that it runs
     rounds = 1 if benchmark.disabled else 3
     ref = load_harness(harness)
@@ -111,15 +128,22 @@ def test_rollout_vs_raw_sampling_vs_one_at_a_time(benchmark, shipped, monkeypatc
 
     _, first = rollout(n)  # warm-up: generate the tasks, fill caches
     batches = turns(first)
-    raw_s, roll_s, model_s = [], [], []
+    raw_s, roll_s, model_s, tools_s = [], [], [], []
     for _ in range(rounds):  # interleaved, so machine load affects both alike
         raw_s.append(in_thread(lambda: timed(lambda: [shipped.complete(b) for b in batches])[0]))
+        tool_s.clear()
         t, trajs = rollout(n)
         roll_s.append(t)
+        tools_s.append(sum(tool_s))
+        tool_n = len(tool_s)
         model_s.append(Recorded.last.model_seconds)
         assert key(trajs) == key(first)  # same seeds, same trajectories, whatever the timing
     one_s, alone = rollout(1)
     assert key(alone) == key(first)
+    # The model's own gain from batching: the same calls one at a time, raw. One episode at a time
+    # cannot be slower than rollouts by more than this and the rollout's own overhead (chess on a
+    # CPU: its ~340-token prefills cost as much batched as one by one).
+    raw_one_s = in_thread(lambda: timed(lambda: [shipped.complete([r]) for b in batches for r in b])[0])
     raw, roll = statistics.median(raw_s), statistics.median(roll_s)
     report(
         benchmark,
@@ -130,10 +154,14 @@ def test_rollout_vs_raw_sampling_vs_one_at_a_time(benchmark, shipped, monkeypatc
         raw_s=raw,
         rollout_s=roll,
         in_model_s=statistics.median(model_s),
+        tool_calls=tool_n,
+        tool_s_per_worker=statistics.median(tools_s) / workers.pool("sandbox").workers,
         one_at_a_time_s=one_s,
         rollout_over_raw=roll / raw,
         in_model_over_raw=statistics.median(model_s) / raw,
         speedup_over_one_at_a_time=one_s / roll,
+        raw_one_by_one_s=raw_one_s,
+        raw_batching_gain=raw_one_s / raw,
     )
 
 

@@ -93,3 +93,39 @@ def test_the_score_calls_of_many_episodes_go_to_the_backend_together():
         assert all(len(r) == 2 and r[0].text == "a" for r in results)
     finally:
         batcher.close()
+
+
+def test_a_finished_completion_is_answered_while_its_batch_still_decodes(fresh_model_dir):
+    """transformers ``streams``: a short request's episode gets its reply when its row ends, before
+    the batch's longest row is done (that episode goes on to its env meanwhile); the replies are
+    the completions ``complete`` returns."""
+    from whale_train.llm.hf import TransformersLLM
+
+    llm = TransformersLLM(fresh_model_dir)
+    events: list[str] = []
+    returned: list = []
+    complete = llm.complete
+
+    def recorded(requests, on_done=None):
+        out = complete(requests, on_done=on_done)
+        events.append("batch returned")
+        returned.extend(out)
+        return out
+
+    llm.complete = recorded  # type: ignore[method-assign]
+    batcher = Batcher(llm, max_wait=0.005, max_hold=5.0)
+    short_owner, long_owner = batcher.enter(), batcher.enter()
+    try:
+        short = batcher.submit_complete(
+            [Request("2+2=", SamplingParams(temperature=0.0, max_tokens=1), seed=1)], owner=short_owner
+        )
+        short.add_done_callback(lambda f: events.append("short answered"))
+        long = batcher.submit_complete(
+            [Request("2+2=", SamplingParams(temperature=0.0, max_tokens=24), seed=2)], owner=long_owner
+        )
+        replies = short.result(timeout=60) + long.result(timeout=60)
+    finally:
+        batcher.close()  # the batch has returned once the batcher's thread is done
+    assert events == ["short answered", "batch returned"]
+    assert sorted(r.completion_tokens for r in replies) == sorted(r.completion_tokens for r in returned)
+    assert replies[0].completion_tokens == 1

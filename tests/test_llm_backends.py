@@ -62,6 +62,25 @@ def test_a_request_samples_the_same_whatever_its_batch(llm):
     assert llm.complete([Request(req.prompt, req.params, seed=43)])[0].completion_ids != alone
 
 
+def test_long_prompts_prefilled_in_slices_sample_the_same(llm, monkeypatch):
+    """A batch of long prompts is prefilled a few rows at a time and the caches joined: the same
+    completions as one prefill of the whole batch."""
+    reqs = [
+        Request(f"Legal moves: e2e4 g1f3 {i} " * (3 + i), SamplingParams(max_tokens=6 + i), seed=i)
+        for i in range(7)
+    ]
+    whole = [c.completion_ids for c in llm.complete(reqs)]
+    assert llm._joinable
+    monkeypatch.setattr(llm, "prefill_tokens", 40)  # two or three rows per slice
+    calls = []
+    forward = llm.model.forward
+    monkeypatch.setattr(
+        llm.model, "forward", lambda *a, **k: calls.append(k["input_ids"].shape) or forward(*a, **k)
+    )
+    assert [c.completion_ids for c in llm.complete(reqs)] == whole
+    assert sum(1 for shape in calls if shape[1] > 1) > 1  # the prompts went in more than one slice
+
+
 def test_score_is_the_summed_log_likelihood(llm):
     prompt, conts = "Answer: ", ["<move>e2e4</move>", "\\boxed{7}"]
     scored = llm.score(prompt, conts)
@@ -91,16 +110,29 @@ SCORE_ITEMS = [
     ("2+3=", ["5", "5 6 7", "<move>e2e4</move>"]),
     ("A longer prompt, left-padded against the others: ", ["x", "\\boxed{12}"]),
     ([{"role": "user", "content": "hi there"}], ["a b", "c"]),
+    # Options that share their first tokens (scored once, with the prompt), one alone (all but its
+    # last token shared), one that is the start of another (nothing shared beyond it).
+    ("Legal moves: e2e4 g1f3 a7a8q\n", ["<move>e2e4</move>", "<move>g1f3</move>", "<move>a7a8q</move>"]),
+    ("One option: ", ["<move>e2e4</move>"]),
+    ("Nested: ", ["<move>", "<move>e2e4</move>"]),
 ]
 
 
 def test_shared_prefix_scoring_gives_the_naive_numbers(llm, monkeypatch):
-    # Many prompts in one pass, their caches repeated per option; in chunks of 2 rows as well (the
-    # prompt cache is then copied per chunk), and on full sequences for a cache without row selection.
+    # Many prompts in one pass, the options of each packed after its cache (in chunks of prompts
+    # when max_batch is small), or the caches repeated per option (in chunks of 2 rows: the prompt
+    # cache is then copied per chunk), and on full sequences for a cache without row selection.
     want = [naive_scores(llm, p, c) for p, c in SCORE_ITEMS]
-    for max_batch, compactable in ((128, True), (2, True), (2, False)):
+    assert llm.packable
+    for max_batch, compactable, packable in (
+        (128, True, True),
+        (2, True, True),
+        (2, True, False),
+        (2, False, False),
+    ):
         monkeypatch.setattr(llm, "max_batch_size", max_batch)
         monkeypatch.setattr(llm, "compactable", compactable)
+        monkeypatch.setattr(llm, "packable", packable)
         got = llm.score_many(SCORE_ITEMS)
         for (prompt, conts), scored, ref in zip(SCORE_ITEMS, got, want, strict=True):
             assert [c.logprob for c in scored] == pytest.approx(ref, abs=1e-4)

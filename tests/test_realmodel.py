@@ -44,6 +44,8 @@ def requests() -> list[Request]:
 def test_qwen3_5_samples_per_row_whatever_the_batch_and_scores(hub_qwen3_5):
     llm = TransformersLLM(hub_qwen3_5)
     assert type(llm.model).__name__ == "Qwen3_5ForCausalLM" and llm.compactable
+    assert not llm.packable  # linear-attention layers: options are scored on repeated caches, not packed
+    assert not llm._joinable  # nor are prefill slices joined: the batch is prefilled whole
     together = llm.complete(requests())
     alone = [llm.complete([r])[0] for r in requests()]
     assert [c.completion_ids for c in together] == [c.completion_ids for c in alone]

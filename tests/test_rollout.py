@@ -126,3 +126,24 @@ def test_failure_categories():
     assert categorize(t) == "timeout"
     t.error = "harness_error: boom"
     assert categorize(t) == "harness_error"
+
+
+@pytest.mark.slow
+def test_the_worker_runs_the_tool_calls_of_different_episodes_at_once():
+    """Env steps of untrusted episodes are served off the thread that reads the worker: the sandboxed
+    tool calls of four episodes overlap in the sandbox pool (they used to run one after another)."""
+    from whale_envs import workers
+
+    size = workers.pool("sandbox").workers
+    pool = workers.configure("sandbox", 2)  # a fresh pool: its counters are this test's
+    try:
+        llm = ScriptedLLM(lambda prompt: "python: import time; time.sleep(0.5); print(7)")
+        ids = gym.make("whale/Math-v0", split="test").unwrapped.task_ids[:4]
+        trajs = run_rollouts(
+            load_harness("math/h0"), "whale/Math-v0", llm, ids, config=RolloutConfig(concurrency=4)
+        )
+        assert all(t.error is None for t in trajs)
+        assert any(s.action.startswith("python:") for t in trajs for s in t.steps)
+        assert pool.stats()["max_running"] == 2
+    finally:
+        workers.configure("sandbox", size)

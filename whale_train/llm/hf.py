@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,8 @@ class TransformersLLM(TokenizerPrompts):
         self.model.to(self.device)
         self.model.eval()
         self.max_batch_size = max_batch_size
+        #: Prompt tokens per prefill forward pass on a CPU (see ``_prefill``); a GPU takes the batch whole.
+        self.prefill_tokens = 2048 if self.device.type == "cpu" else 1 << 30
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.version = 0
         pad = self.tokenizer.pad_token_id
@@ -76,6 +78,14 @@ class TransformersLLM(TokenizerPrompts):
         self.max_positions = int(getattr(text_config or self.model.config, "max_position_embeddings", 4096))
         self._cache_arg = cache_argument(self.model)
         self.compactable = self._probe_cache()
+        #: Score options packed after their prompt (a custom 4D mask): only where every layer is full
+        #: attention through sdpa/eager (a linear-attention layer would carry state across options).
+        layers = getattr(text_config or self.model.config, "layer_types", None) or ["full_attention"]
+        self.packable = (
+            self.compactable
+            and all(t == "full_attention" for t in layers)
+            and getattr(self.model.config, "_attn_implementation", None) in ("sdpa", "eager")
+        )
 
     @torch.inference_mode()
     def _probe_cache(self) -> bool:
@@ -84,12 +94,25 @@ class TransformersLLM(TokenizerPrompts):
         model with a cache of its own) is sampled without compaction: finished rows stay in the batch."""
         ids = torch.tensor([[self.pad_id]], device=self.device)
         cache = _out_cache(self.model(input_ids=ids, use_cache=True, logits_to_keep=1))
+        from transformers.cache_utils import DynamicLayer
+
+        layers = getattr(cache, "layers", None)
+        # Prefill slices can be joined: every layer a plain key/value one (not linear attention).
+        self._joinable = bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
         return cache is not None and callable(getattr(cache, "reorder_cache", None))
 
     # ------------------------------------------------------------------------------ sampling (prompts: TokenizerPrompts)
 
+    #: ``complete`` takes ``on_done``: the batcher hands each finished completion back at once.
+    streams = True
+
     @torch.inference_mode()
-    def complete(self, requests: Sequence[Request]) -> list[Completion]:
+    def complete(
+        self, requests: Sequence[Request], on_done: Callable[[int, Completion], None] | None = None
+    ) -> list[Completion]:
+        """Sample every request; ``on_done(i, completion)`` is called as soon as request ``i`` is done,
+        while the rest of its batch still decodes (its episode goes on meanwhile: its env step, a tool
+        call, its next prompt)."""
         results: list[Completion | None] = [None] * len(requests)
         prepared = []
         for i, req in enumerate(requests):
@@ -100,9 +123,14 @@ class TransformersLLM(TokenizerPrompts):
         prepared.sort(key=lambda p: len(p[2]))  # similar lengths share a batch: less padding
         for start in range(0, len(prepared), self.max_batch_size):
             chunk = prepared[start : start + self.max_batch_size]
-            outs = self._sample([(ids, requests[i]) for i, _, ids in chunk])
-            for (i, text, ids), (new_ids, finish) in zip(chunk, outs, strict=True):
+
+            def finished(row: int, new_ids: list[int], finish: str, chunk=chunk) -> None:
+                i, text, ids = chunk[row]
                 results[i] = self._completion(requests[i], text, ids, new_ids, finish)
+                if on_done is not None:
+                    on_done(i, results[i])
+
+            self._sample([(ids, requests[i]) for i, _, ids in chunk], finished)
         return results  # type: ignore[return-value]
 
     def _completion(self, req: Request, prompt_text: str, prompt_ids, new_ids, finish) -> Completion:
@@ -119,8 +147,21 @@ class TransformersLLM(TokenizerPrompts):
             completion_tokens=len(new_ids),
         )
 
-    def _sample(self, batch: list[tuple[list[int], Request]]) -> list[tuple[list[int], str]]:
+    def _sample(
+        self,
+        batch: list[tuple[list[int], Request]],
+        finished: Callable[[int, list[int], str], None] | None = None,
+    ) -> list[tuple[list[int], str]]:
+        """Sample each row of ``batch``: (new ids, finish reason) per row; ``finished(row, new ids,
+        finish reason)`` is called as each row ends, before the rest of the batch is done."""
         n = len(batch)
+        finish = ["length"] * n
+
+        def end(r: int, why: str) -> None:
+            finish[r] = why
+            if finished is not None:
+                finished(r, out_ids[r], why)
+
         compact = self.compactable
         # Identical prompts (a vote's n samples, retries) are encoded once; the cache is then copied.
         # Without row selection in the cache (see ``compactable``) every row is encoded on its own.
@@ -141,7 +182,6 @@ class TransformersLLM(TokenizerPrompts):
         temps = torch.tensor([req.params.temperature for req in reqs], dtype=torch.float32)
         top_ps = torch.tensor([req.params.top_p for req in reqs], dtype=torch.float32)
         out_ids: list[list[int]] = [[] for _ in range(n)]
-        finish = ["length"] * n
         active = list(range(n))  # original row index of each row still being sampled
         rows = list(
             range(n)
@@ -149,11 +189,7 @@ class TransformersLLM(TokenizerPrompts):
 
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
-        )
-        cache = _out_cache(out)
-        logits = out.logits[:, -1, :].float().cpu()
+        cache, logits = self._prefill(input_ids, mask, positions)
         if len(prompts) < n:
             expand = torch.tensor(row_of)
             select_rows(cache, expand.to(self.device))
@@ -172,9 +208,11 @@ class TransformersLLM(TokenizerPrompts):
                 out_ids[r].append(tok)
                 params = reqs[r].params
                 if tok in self.eos_ids or (params.stop and self._hit_stop(out_ids[r], params.stop)):
-                    finish[r] = "stop"
+                    end(r, "stop")
                 elif len(out_ids[r]) < params.max_tokens:
                     keep.append(j)
+                else:
+                    end(r, "length")
             if not keep:
                 break
             if compact:
@@ -202,6 +240,39 @@ class TransformersLLM(TokenizerPrompts):
             logits = out.logits[:, -1, :].float().cpu()
         return list(zip(out_ids, finish, strict=True))
 
+    def _prefill(self, input_ids, mask, positions) -> tuple[Any, torch.Tensor]:
+        """The prompts' forward pass: (cache, last logits on the CPU). A batch of long prompts runs in
+        slices of about ``prefill_tokens`` tokens whose caches are then joined (128 chess prompts of
+        ~340 tokens at once took longer on a CPU than the same prompts 16 at a time: attention
+        scores of that size leave the caches); only for plain key/value caches."""
+        rows, width = input_ids.shape
+        per = max(1, self.prefill_tokens // width)
+        if per >= rows or not self._joinable:
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            return _out_cache(out), out.logits[:, -1, :].float().cpu()
+        caches, logits = [], []
+        for s in range(0, rows, per):
+            out = self.model(
+                input_ids=input_ids[s : s + per],
+                attention_mask=mask[s : s + per],
+                position_ids=positions[s : s + per],
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            caches.append(_out_cache(out))
+            logits.append(out.logits[:, -1, :].float().cpu())
+        cache = caches[0]
+        for i, layer in enumerate(cache.layers):
+            layer.keys = torch.cat([c.layers[i].keys for c in caches])
+            layer.values = torch.cat([c.layers[i].values for c in caches])
+        return cache, torch.cat(logits)
+
     def _hit_stop(self, ids: list[int], stop: tuple[str, ...]) -> bool:
         tail = self.tokenizer.decode(ids[-16:], skip_special_tokens=True)
         return any(s and s in tail for s in stop)
@@ -221,11 +292,18 @@ class TransformersLLM(TokenizerPrompts):
         pass on those caches (right-padded: a causal model's outputs at real positions never see the
         padding after them). Only the log-probabilities of the continuation tokens are computed
         (logit minus logsumexp at those positions), not a log-softmax over every position of the
-        prompt. A model whose cache cannot select rows is scored on full sequences instead."""
+        prompt. The tokens every continuation of a prompt begins with (``<move>`` of every chess
+        move) go with the prompt, once, not once per continuation. A model whose cache cannot select
+        rows is scored on full sequences instead."""
         prepared = []
         for prompt, continuations in items:
             text = self.render(prompt)
-            prepared.append((text, self.encode(text), [self.encode(c) for c in continuations]))
+            conts = (
+                self.tokenizer(list(continuations), add_special_tokens=False)["input_ids"]
+                if continuations
+                else []
+            )
+            prepared.append((text, self.encode(text), [list(c) for c in conts]))
         results: list[list[Completion]] = []
         if not self.compactable:
             for text, ids, conts in prepared:
@@ -271,8 +349,10 @@ class TransformersLLM(TokenizerPrompts):
 
     def _score_shared(self, group: list, keys: list[int]) -> dict[int, list[float]]:
         """Log-likelihoods for one group of (text, prompt ids, continuation ids): one forward of the
-        prompts, then the continuations on their repeated caches, in chunks of ``max_batch_size`` rows."""
-        prompts = [ids or [self.pad_id] for _, ids, _ in group]
+        prompts, each followed by the tokens all its continuations share, then the rest of every
+        continuation on the repeated caches, in chunks of ``max_batch_size`` rows."""
+        shared = [_common_prefix(conts) for _, _, conts in group]
+        prompts = [(ids or [self.pad_id]) + common for (_, ids, _), common in zip(group, shared, strict=True)]
         width = max(map(len, prompts))
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -281,13 +361,33 @@ class TransformersLLM(TokenizerPrompts):
             mask[row, width - len(ids) :] = 1
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        keep = 1 + max(map(len, shared))
         out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=keep,
         )
-        last = out.logits[:, -1, :].float()
-        first_lp = last - torch.logsumexp(last, dim=-1, keepdim=True)  # [prompts, vocab]: the first token
+        logits = out.logits[:, -keep:, :].float()
+        last = logits[:, -1, :]
+        first_lp = last - torch.logsumexp(last, dim=-1, keepdim=True)  # [prompts, vocab]: the next token
+        common_lp = []  # each prompt's shared tokens, scored once
+        for row, common in enumerate(shared):
+            if not common:
+                common_lp.append(0.0)
+                continue
+            at = logits[row, keep - 1 - len(common) : keep - 1]
+            tok = torch.tensor(common, device=at.device).unsqueeze(-1)
+            common_lp.append(
+                float((at.gather(-1, tok).squeeze(-1) - torch.logsumexp(at, dim=-1)).double().sum())
+            )
         prompt_cache = _out_cache(out)
-        flat = [(p, cont) for p, (_, _, conts) in enumerate(group) for cont in conts]
+        rest = [[cont[len(shared[p]) :] for cont in conts] for p, (_, _, conts) in enumerate(group)]
+        if self.packable:
+            sums = self._score_packed(rest, prompt_cache, mask, positions, first_lp, common_lp)
+            return _by_key(keys, group, sums)
+        flat = [(p, cont) for p, conts in enumerate(rest) for cont in conts]
         sums: list[float] = []
         for start in range(0, len(flat), self.max_batch_size):
             chunk = flat[start : start + self.max_batch_size]
@@ -319,13 +419,102 @@ class TransformersLLM(TokenizerPrompts):
                 picked = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
                 tail = (picked * cmask).sum(-1).double().cpu().tolist()
             head = head.double().cpu().tolist()
-            sums += [(h + t) if c else 0.0 for h, t, (_, c) in zip(head, tail, chunk, strict=True)]
-        out_lps: dict[int, list[float]] = {}
-        i = 0
-        for key, (_, _, conts) in zip(keys, group, strict=True):
-            out_lps[key] = sums[i : i + len(conts)]
-            i += len(conts)
-        return out_lps
+            sums += [
+                (common_lp[p] + h + t) if c else common_lp[p]
+                for h, t, (p, c) in zip(head, tail, chunk, strict=True)
+            ]
+        return _by_key(keys, group, sums)
+
+    def _score_packed(self, rest, prompt_cache, mask, positions, first_lp, common_lp) -> list[float]:
+        """The continuations of each prompt packed into one sequence after its cache (each option
+        sees the prompt and its own earlier tokens only: a 4D mask, positions restarting after the
+        prompt), so the prompt's cache is never repeated per option. Prompts in chunks of about
+        ``8 * max_batch_size`` packed tokens; the summed log-likelihoods in the order of ``rest``."""
+        budget = 8 * self.max_batch_size
+        sums: list[float] = []
+        n = len(rest)
+        start = 0
+        while start < n:
+            stop, longest = start, 0
+            while stop < n:
+                length = sum(max(0, len(c) - 1) for c in rest[stop])
+                if stop > start and max(longest, length) * (stop - start + 1) > budget:
+                    break
+                longest = max(longest, length)
+                stop += 1
+            sums += self._packed_chunk(
+                rest[start:stop],
+                start,
+                stop == n,
+                longest,
+                prompt_cache,
+                mask,
+                positions,
+                first_lp,
+                common_lp,
+            )
+            start = stop
+        return sums
+
+    def _packed_chunk(
+        self, rest, start, last, width, prompt_cache, mask, positions, first_lp, common_lp
+    ) -> list[float]:
+        rows = len(rest)
+        heads = []
+        for p, conts in enumerate(rest):
+            for c in conts:
+                heads.append(
+                    float(first_lp[start + p, c[0]]) + common_lp[start + p] if c else common_lp[start + p]
+                )
+        if width == 0:
+            return heads
+        ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
+        offset = torch.zeros((rows, width), dtype=torch.long)
+        option = torch.full((rows, width), -1, dtype=torch.long)
+        target = torch.zeros((rows, width), dtype=torch.long)
+        for p, conts in enumerate(rest):
+            at = 0
+            for o, c in enumerate(conts):
+                k = len(c) - 1
+                if k <= 0:
+                    continue
+                ids[p, at : at + k] = torch.tensor(c[:-1], dtype=torch.long)
+                target[p, at : at + k] = torch.tensor(c[1:], dtype=torch.long)
+                offset[p, at : at + k] = torch.arange(k)
+                option[p, at : at + k] = o
+                at += k
+        select = torch.arange(start, start + rows, device=self.device)
+        cache = prompt_cache if last else copy.deepcopy(prompt_cache)  # the last chunk may use it up
+        if rows != mask.shape[0]:
+            select_rows(cache, select)
+        prompt_mask = mask[select].bool()  # [rows, prompt width]
+        option, offset = option.to(self.device), offset.to(self.device)
+        own = (option.unsqueeze(2) == option.unsqueeze(1)) & (option.unsqueeze(1) >= 0)
+        step = torch.arange(width, device=self.device)
+        own &= step.view(1, 1, -1) <= step.view(1, -1, 1)  # a key at or before its query
+        allowed = torch.cat([prompt_mask.unsqueeze(1).expand(-1, width, -1), own], dim=2)
+        dtype = self.model.dtype
+        mask4d = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
+        mask4d.masked_fill_(~allowed, torch.finfo(dtype).min)
+        logits = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=mask4d.unsqueeze(1),
+            position_ids=positions[select, -1:] + 1 + offset,
+            use_cache=True,
+            **{self._cache_arg: cache},
+        ).logits.float()
+        target = target.to(self.device)
+        picked = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        picked = picked.double().cpu()
+        out, i = [], 0
+        for p, conts in enumerate(rest):
+            at = 0
+            for c in conts:
+                k = max(0, len(c) - 1)
+                out.append(heads[i] + float(picked[p, at : at + k].sum()))
+                at += k
+                i += 1
+        return out
 
     def _score_full(self, prompt_ids: list[int], chunk: list[list[int]]) -> list[float]:
         """Log-likelihoods of ``chunk`` on full prompt + continuation sequences (no shared cache)."""
@@ -349,6 +538,29 @@ class TransformersLLM(TokenizerPrompts):
                 float((rows.gather(-1, tok).squeeze(-1) - torch.logsumexp(rows, dim=-1)).double().sum())
             )
         return out
+
+
+def _by_key(keys: list[int], group: list, sums: list[float]) -> dict[int, list[float]]:
+    """The flat ``sums`` of a group's continuations, per prompt key (an empty continuation scores 0)."""
+    out: dict[int, list[float]] = {}
+    i = 0
+    for key, (_, _, conts) in zip(keys, group, strict=True):
+        out[key] = [lp if cont else 0.0 for lp, cont in zip(sums[i : i + len(conts)], conts, strict=True)]
+        i += len(conts)
+    return out
+
+
+def _common_prefix(conts: list[list[int]]) -> list[int]:
+    """The tokens every continuation begins with, short of the shortest one's last token (each
+    continuation keeps at least one token of its own)."""
+    if not conts:
+        return []
+    n = min(map(len, conts)) - 1
+    first = conts[0]
+    for i in range(max(0, n)):
+        if any(c[i] != first[i] for c in conts):
+            return first[:i]
+    return first[: max(0, n)]
 
 
 def _draw(

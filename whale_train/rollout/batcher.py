@@ -13,7 +13,9 @@ the moment its last reply came back (or it entered). A flush happens
   (start-up: forking its process, building its task);
 * always once the oldest job has waited ``max_hold`` seconds.
 
-A backend that batches continuously itself (``continuous`` and ``submit``: vLLM's async engine) gets
+A backend that ``streams`` (transformers) answers each job as soon as its completions are done, not
+when its whole batch is: its episode steps its env (a tool call) while the batch's longer completions
+still decode. A backend that batches continuously itself (``continuous`` and ``submit``: vLLM's async engine) gets
 each sampling job the moment it is submitted, with no barrier. Score jobs of many episodes go to the
 backend together when it has ``score_many`` (transformers:
 the prompts share one forward pass). Jobs are answered in submission order within a batch; each request carries its own seed, so what a
@@ -185,13 +187,32 @@ class Batcher:
         if completes:
             flat = [r for j in completes for r in j.requests]  # type: ignore[union-attr]
             self.batches.append(len(flat))
+            # A backend that ``streams`` hands back each completion as it ends: a job is answered once
+            # all of its requests are, while the rest of the batch still decodes.
+            job_of = [(j, k) for j in completes for k in range(len(j.requests))]  # type: ignore[arg-type]
+            got: dict[int, list] = {id(j): [None] * len(j.requests) for j in completes}  # type: ignore[arg-type]
+            left = {id(j): len(j.requests) for j in completes}  # type: ignore[arg-type]
+            answered: set[int] = set()
+
+            def on_done(i: int, completion: Any) -> None:
+                j, k = job_of[i]
+                got[id(j)][k] = completion
+                left[id(j)] -= 1
+                if left[id(j)] == 0:
+                    answered.add(id(j))
+                    self._answer(j, got[id(j)])
+
             try:
-                outs = self.llm.complete(flat)
+                if getattr(self.llm, "streams", False):
+                    outs = self.llm.complete(flat, on_done=on_done)  # type: ignore[call-arg]
+                else:
+                    outs = self.llm.complete(flat)
             except Exception as exc:
-                if len(completes) == 1:
-                    self._answer(completes[0], exc=exc)
+                todo = [j for j in completes if id(j) not in answered]
+                if len(todo) == 1:
+                    self._answer(todo[0], exc=exc)
                 else:  # the backend refused the batch: again job by job, so a bad request fails its episode only
-                    for j in completes:
+                    for j in todo:
                         try:
                             self._answer(j, self.llm.complete(j.requests))
                         except Exception as one:
@@ -200,7 +221,8 @@ class Batcher:
                 i = 0
                 for j in completes:
                     n = len(j.requests)  # type: ignore[arg-type]
-                    self._answer(j, outs[i : i + n])
+                    if id(j) not in answered:
+                        self._answer(j, outs[i : i + n])
                     i += n
         scores = [j for j in jobs if j.score is not None]
         many = getattr(self.llm, "score_many", None)

@@ -13,6 +13,9 @@ go on (a batch of looping episodes costs one timeout, not one per episode). Ever
 worker is checked (size, UTF-8, JSON, shape, a known episode id); a worker that breaks the protocol or
 dies ends its in-flight episodes with the reason; after ``MAX_WORKER_RESTARTS`` deaths the remaining
 episodes are recorded as failed without running, so one bad harness cannot stall an evaluation.
+The worker's messages are read and answered by one thread; an env operation (a step can be a
+sandboxed tool call or a retrieval) runs on a thread of its own, one at a time per episode, so one
+episode's tool call never holds up another's (in process, every episode has its thread anyway).
 """
 
 from __future__ import annotations
@@ -25,14 +28,14 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 
 import whale_envs  # noqa: F401  (registers the envs)
-from harnesses.base import EnvProxy, HarnessCallError, LLMProxy
+from harnesses.base import ENV_METHODS, EnvProxy, HarnessCallError, LLMProxy
 from harnesses.loader import HarnessRef
 from harnesses.worker import MAX_MESSAGE_BYTES, parse_message, worker_program
 from whale_envs.sandbox import IsolationUnavailable, Limits, spawn_python
@@ -42,6 +45,7 @@ from whale_train.rollout.episode import Episode, EpisodeLimits
 from whale_train.rollout.records import Trajectory, stable_seed
 
 MAX_WORKER_RESTARTS = 3
+_ENV_OPS = frozenset(m.name for m in ENV_METHODS)
 #: Envs outlive their rollout: an env is reset with its episode's seed and task before every episode,
 #: and building one costs ~7 ms (its task split), which at concurrency 128 was a second of start-up
 #: for every ``run_rollouts`` call of an RSFT step or a harness search. Per env id and kwargs.
@@ -337,6 +341,12 @@ class _WorkerRun:
         self.next_id = 0
         self.restarts = 0
         self.worker: _Worker | None = None
+        # Env operations of the episodes, off the thread that reads the worker; the lock of an episode
+        # keeps its operations (and its end) one at a time, whatever its harness sends.
+        self.env_threads = ThreadPoolExecutor(
+            max_workers=max(1, config.concurrency), thread_name_prefix="env"
+        )
+        self.locks: dict[Episode, threading.Lock] = {}
 
     def run(self) -> list[Trajectory]:
         try:
@@ -353,10 +363,17 @@ class _WorkerRun:
                     self._handle(msg)
                 self._watchdog()
         finally:
+            self.env_threads.shutdown(wait=True)
             if self.worker is not None:
                 self.worker.send({"op": "shutdown"})
                 self.worker.kill()
         return self.results
+
+    def _end(self, ep: Episode, error: str | None) -> None:
+        """Record the end of ``ep`` (already out of ``in_flight``), after its env operation if one runs."""
+        self.batcher.leave(ep)
+        with self.locks.pop(ep, None) or threading.Lock():
+            self.results.append(self.close_episode(ep, error))
 
     # ------------------------------------------------------------ worker life
 
@@ -385,10 +402,10 @@ class _WorkerRun:
         return False
 
     def _fail_remaining(self, error: str) -> None:
-        for ep in list(self.in_flight.values()):
-            self.batcher.leave(ep)
-            self.results.append(self.close_episode(ep, error))
+        ended = list(self.in_flight.values())
         self.in_flight.clear()
+        for ep in ended:
+            self._end(ep, error)
         while self.todo:
             ep = self.new_episode(*self.todo.popleft())
             self.results.append(self.close_episode(ep, error))
@@ -405,6 +422,7 @@ class _WorkerRun:
             eid = self.next_id
             self.next_id += 1
             self.in_flight[eid] = ep
+            self.locks[ep] = threading.Lock()
             self.batcher.enter(ep)
             self.worker.send({"op": "start", "episode": eid})
 
@@ -422,26 +440,33 @@ class _WorkerRun:
             return  # a late message of an episode already ended (killed, timed out)
         if op == "done":
             del self.in_flight[eid]
-            self.batcher.leave(ep)
             error = msg.get("error")
             error = error if isinstance(error, str) or error is None else repr(error)[:4000]
-            self.results.append(self.close_episode(ep, f"harness_error: {error}" if error else None))
+            self._end(ep, f"harness_error: {error}" if error else None)
         elif op == "call":
             ep.busy_in_harness = False
             args = msg.get("args")
             if not isinstance(args, dict) or not isinstance(msg.get("method"), str):
                 self._reply(ep, eid, None, "a call needs a method name and an object of arguments")
                 return
+            if msg["method"] in _ENV_OPS:  # may take a while (a tool call): not on this thread
+                self.env_threads.submit(self._serve, ep, eid, msg["method"], args, self.worker)
+            else:  # a model call only queues its requests: answered when the batcher is done
+                self._serve(ep, eid, msg["method"], args, self.worker)
+
+    def _serve(self, ep: Episode, eid: int, method: str, args: dict, worker: _Worker | None) -> None:
+        with self.locks.get(ep) or threading.Lock():
+            if self.in_flight.get(eid) is not ep:
+                return  # the episode ended meanwhile (killed, its worker died)
             try:
-                future = ep.call(msg["method"], args)
+                future = ep.call(method, args)
             except HarnessCallError as exc:
-                self._reply(ep, eid, None, str(exc))
+                self._reply(ep, eid, None, str(exc), worker)
                 return
             except Exception as exc:  # a malformed call: the harness sees it, the run goes on
-                self._reply(ep, eid, None, f"{type(exc).__name__}: {exc}")
+                self._reply(ep, eid, None, f"{type(exc).__name__}: {exc}", worker)
                 return
-            worker = self.worker
-            future.add_done_callback(lambda f, e=eid, w=worker: self._reply_future(ep, e, f, w))
+        future.add_done_callback(lambda f: self._reply_future(ep, eid, f, worker))
 
     def _reply_future(self, ep: Episode, eid: int, future: Future, worker: _Worker | None) -> None:
         exc = future.exception()
@@ -465,10 +490,9 @@ class _WorkerRun:
             why = ep.overdue(now)
             if why:
                 del self.in_flight[eid]
-                self.batcher.leave(ep)
                 if self.worker is not None:
                     self.worker.send({"op": "kill", "episode": eid})
-                self.results.append(self.close_episode(ep, why))
+                self._end(ep, why)
 
     def _worker_died(self, reason: str | None = None) -> None:
         assert self.worker is not None
@@ -484,10 +508,10 @@ class _WorkerRun:
             error = (
                 f"harness_error: the worker process died (exit status {code}){hint}: {tail.strip()[-400:]}"
             )
-        for ep in list(self.in_flight.values()):
-            self.batcher.leave(ep)
-            self.results.append(self.close_episode(ep, error))
+        ended = list(self.in_flight.values())
         self.in_flight.clear()
+        for ep in ended:
+            self._end(ep, error)
         self.worker.kill()
         self.worker = None
         self.restarts += 1
