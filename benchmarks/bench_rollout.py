@@ -26,6 +26,7 @@ import pytest
 import torch
 
 import whale_envs  # noqa: F401
+from benchmarks.reporting import report
 from harnesses.loader import load_harness
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.llm.base import Request, SamplingParams
@@ -68,15 +69,6 @@ def turns(trajs) -> list[list[Request]]:
             params = SamplingParams(**{**c.params, "stop": tuple(c.params["stop"])})
             out[i].append(Request(c.prompt, params, c.seed))
     return out
-
-
-def report(benchmark, name: str, **figures) -> None:
-    benchmark.extra_info.update({k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()})
-    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
-    print(
-        f"\n{name}: "
-        + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items())
-    )
 
 
 @pytest.fixture(scope="module")
