@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 from harnesses.worker import _parent
+from tests.procs import proc_files
 from tests.sandbox_script import LOAD_SANDBOX
 from whale_envs.math import MathEnv, MathProblem
 from whale_envs.sandbox import Limits, kill_tree, run_python
@@ -45,15 +46,8 @@ def leftover(marker: str | None = None) -> list[int]:
     """Pids of processes that a sandboxed run of this test may have left: the sandbox interpreter's own
     command line (``python -S -B -u main.py``) or one that carries ``marker``."""
     found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                argv = fh.read().split(b"\0")
-        except OSError:
-            continue
-        pid = int(entry.name)
+    for pid, cmdline in proc_files("cmdline"):
+        argv = cmdline.split(b"\0")
         if marker and marker.encode() in b" ".join(argv):
             found.append(pid)
         elif argv[1:5] == [b"-S", b"-B", b"-u", b"main.py"] and _ours_or_orphaned(pid):

@@ -9,7 +9,6 @@ pipes, leave files or processes for a later episode, or crash the trusted side w
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
@@ -19,6 +18,7 @@ import pytest
 import whale_train.rollout.executors as executors
 from harnesses.loader import HarnessRef, harness_from_source
 from harnesses.worker import worker_program
+from tests.procs import carrying
 from whale_train.llm.scripted import ScriptedLLM
 from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts
 
@@ -164,22 +164,9 @@ def test_a_daemon_left_behind_is_killed_when_its_episode_ends(unlinted):
     trajs = rollouts(ref, n=2)
     assert all(reported(t) == "report forked" for t in trajs)
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _with_marker(marker):
+    while time.monotonic() < deadline and carrying(marker):
         time.sleep(0.1)
-    assert not _with_marker(marker)
-
-
-def _with_marker(marker: str) -> list[int]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+    assert not carrying(marker)
 
 
 # ------------------------------------------------------------------------------------ forging

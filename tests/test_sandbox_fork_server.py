@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import carrying, running_children
 from tests.sandbox_script import LOAD_SANDBOX
 from whale_envs import sandbox
 from whale_envs.sandbox import Limits, run_python
@@ -31,33 +32,6 @@ def _server_pid() -> int:
     assert run_python("pass", JAILED).ok
     assert sandbox._SERVER is not None
     return sandbox._SERVER.proc.pid
-
-
-def _running_children(pid: int) -> list[int]:
-    kids = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                    state, parent = fh.read().rsplit(b")", 1)[1].split()[:2]
-                if int(parent) == pid and state != b"Z":
-                    kids.append(int(entry.name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return kids
-
-
-def _carrying(marker: str) -> list[str]:
-    """Pids of the processes whose command line carries ``marker``."""
-    found = []
-    for entry in os.scandir("/proc"):
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                if marker.encode() in fh.read():
-                    found.append(entry.name)
-        except OSError:
-            continue
-    return found
 
 
 def _alive(pid: int) -> bool:
@@ -102,9 +76,9 @@ def test_the_server_runs_no_code_and_survives_what_the_code_does():
     # after the calls only the one child forked in advance is left running: no supervisor lingers
     # (those done are reaped by the server at its next call)
     deadline = time.monotonic() + 5
-    while len(_running_children(server)) != 1 and time.monotonic() < deadline:
+    while len(running_children(server)) != 1 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_running_children(server)) == 1
+    assert len(running_children(server)) == 1
 
 
 def test_a_background_process_is_gone_when_the_call_returns():
@@ -123,9 +97,9 @@ def test_a_background_process_is_gone_when_the_call_returns():
     assert result.ok and result.stdout == "spawned\n", result
 
     deadline = time.monotonic() + 2  # the kernel reaps a killed namespace asynchronously
-    while _carrying(marker) and time.monotonic() < deadline:
+    while carrying(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _carrying(marker) == []
+    assert carrying(marker) == []
 
 
 @pytest.mark.parametrize(
@@ -269,9 +243,9 @@ def test_a_call_whose_caller_dies_is_killed():
     assert done.returncode == 0 and done.stdout.split() == ["2"], done.stderr  # the probe and the call
 
     deadline = time.monotonic() + 5
-    while _carrying(marker) and time.monotonic() < deadline:
+    while carrying(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _carrying(marker) == []
+    assert carrying(marker) == []
 
 
 def test_a_served_call_writes_nothing_on_the_host(monkeypatch):
