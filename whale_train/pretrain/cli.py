@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -74,21 +73,6 @@ def _threads(n: int) -> str:
     return f"{n} torch thread" + ("" if n == 1 else "s")
 
 
-def _field_help() -> dict[str, str]:
-    """Each ``PretrainConfig`` field's line from its docstring (the CLI help)."""
-    doc = PretrainConfig.__doc__ or ""
-    helps: dict[str, str] = {}
-    name = None
-    for line in doc.splitlines():
-        m = re.match(r"\s{8}(\w+): (.*)", line)
-        if m:
-            name = m.group(1)
-            helps[name] = m.group(2).strip()
-        elif name and re.match(r"\s{12}\S", line):
-            helps[name] += " " + line.strip()
-    return {k: v.replace("``", "") for k, v in helps.items()}
-
-
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``whale pretrain``: one option per ``PretrainConfig`` field."""
     p = subparsers.add_parser(
@@ -99,14 +83,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "with save_pretrained, and write a model card (README.md) with its measured accuracy. "
         "Ctrl-C stops training and saves what is done.",
     )
-    helps = _field_help()
     for f in PretrainConfig.__dataclass_fields__.values():
         flag = "--" + f.name.replace("_", "-")
         default = f.default
         kind = {"steps": int}.get(f.name, type(default))
-        kwargs: dict[str, Any] = {"default": default, "type": kind, "help": helps.get(f.name, "")}
+        kwargs: dict[str, Any] = {"default": default, "type": kind, "help": f.metadata["help"]}
         if f.name == "out":
-            kwargs = {"required": True, "help": helps["out"]}
+            kwargs = {"required": True, "help": f.metadata["help"]}
         elif f.name == "size":
             kwargs["choices"] = ["tiny", "small"]
         elif f.name == "eval_harnesses":

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from whale_train.config_io import option
 from whale_train.domains import registered
 from whale_train.pretrain.formats import Example, TextFormats, _pick
 
@@ -20,60 +21,59 @@ DOMAINS = tuple(d.name for d in registered() if d.pretrain_formats)
 
 @dataclass
 class PretrainConfig:
-    """Everything that decides the model ``whale pretrain`` writes (recorded in the card).
+    """Everything that decides the model ``whale pretrain`` writes (recorded in the card); one
+    ``whale pretrain`` option per field, its help text in the field."""
 
-    Attributes:
-        out: the output directory (``save_pretrained`` files, ``README.md``, ``whale_pretrain.json``).
-        size: ``tiny`` (~0.9M parameters) or ``small`` (~5M); see ``whale_train.tiny.SIZES``.
-        minutes: wall-clock budget of the supervised pass (data generation included); ignored when
-            ``steps`` is set.
-        steps: a fixed number of optimizer steps instead of a time budget (replays a recorded run).
-        seed: seeds the tokenizer sample, the data stream and order, and the initialization.
-        lr: peak learning rate (AdamW); linear warm-up over ``warmup_steps``, then cosine decay to
-            ``lr * min_lr_ratio``.
-        min_lr_ratio: final learning rate as a fraction of ``lr``.
-        warmup_steps: linear warm-up steps; with ``minutes``, the step count is fixed after them.
-        weight_decay: AdamW weight decay (not on norms or biases).
-        batch_tokens: about this many tokens (padding included) per optimizer step.
-        max_len: examples longer than this many tokens are cut from the left.
-        prompt_loss_weights: loss weight of prompt tokens per domain (reply tokens weigh 1).
-        mix: share of examples per domain, ``"chess=0.4,math=0.3,search=0.3"``.
-        chess_levels: share of chess generator levels, ``"1=0.9,2=0.1"`` (mate-in-1 levels only).
-        math_levels: share of math generator levels (1-5); the four families are equally likely.
-        search_hops: share of search hop counts (1-3).
-        vocab_size: tokenizer vocabulary size (special tokens included).
-        tokenizer_docs: examples the tokenizer is trained on.
-        eval_tasks: tasks of each domain's test split in the card's calibration (0 = none).
-        eval_k: samples per task (mean@k).
-        eval_harnesses: ``h0`` (each domain's base harness) or ``all`` (every shipped harness).
-        eval_domains: comma-separated domains to calibrate.
-        threads: torch CPU threads for training and calibration (0 = torch's default). On a machine
-            shared with other work, 1 thread is steadier than 2.
-    """
-
-    out: str = "tiny-model"
-    size: str = "tiny"
-    minutes: float = 30.0
-    steps: int | None = None
-    seed: int = 0
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.05
-    warmup_steps: int = 100
-    weight_decay: float = 0.05
-    batch_tokens: int = 4096
-    max_len: int = 768
-    prompt_loss_weights: str = "chess=0.1,math=0.05,search=1"
-    mix: str = "chess=0.06,math=0.72,search=0.22"
-    chess_levels: str = "1=0.95,2=0.05"
-    math_levels: str = "1=0.45,2=0.35,3=0.15,4=0.05"
-    search_hops: str = "1=0.5,2=0.3,3=0.2"
-    vocab_size: int = 1024
-    tokenizer_docs: int = 3000
-    eval_tasks: int = 0
-    eval_k: int = 8
-    eval_harnesses: str = "h0"
-    eval_domains: str = "chess,math,search"
-    threads: int = 0
+    out: str = option(
+        "tiny-model",
+        "the output directory (save_pretrained files, README.md, whale_pretrain.json)",
+    )
+    size: str = option("tiny", "tiny (~0.9M parameters) or small (~5M); see whale_train.tiny.SIZES")
+    minutes: float = option(
+        30.0,
+        "wall-clock budget of the supervised pass (data generation included); ignored when steps is set",
+    )
+    steps: int | None = option(
+        None,
+        "a fixed number of optimizer steps instead of a time budget (replays a recorded run)",
+    )
+    seed: int = option(0, "seeds the tokenizer sample, the data stream and order, and the initialization")
+    lr: float = option(
+        3e-3,
+        "peak learning rate (AdamW); linear warm-up over warmup_steps, then cosine decay to lr * min_lr_ratio",
+    )
+    min_lr_ratio: float = option(0.05, "final learning rate as a fraction of lr")
+    warmup_steps: int = option(100, "linear warm-up steps; with minutes, the step count is fixed after them")
+    weight_decay: float = option(0.05, "AdamW weight decay (not on norms or biases)")
+    batch_tokens: int = option(4096, "about this many tokens (padding included) per optimizer step")
+    max_len: int = option(768, "examples longer than this many tokens are cut from the left")
+    prompt_loss_weights: str = option(
+        "chess=0.1,math=0.05,search=1",
+        "loss weight of prompt tokens per domain (reply tokens weigh 1)",
+    )
+    mix: str = option(
+        "chess=0.06,math=0.72,search=0.22",
+        'share of examples per domain, "chess=0.4,math=0.3,search=0.3"',
+    )
+    chess_levels: str = option(
+        "1=0.95,2=0.05",
+        'share of chess generator levels, "1=0.9,2=0.1" (mate-in-1 levels only)',
+    )
+    math_levels: str = option(
+        "1=0.45,2=0.35,3=0.15,4=0.05",
+        "share of math generator levels (1-5); the four families are equally likely",
+    )
+    search_hops: str = option("1=0.5,2=0.3,3=0.2", "share of search hop counts (1-3)")
+    vocab_size: int = option(1024, "tokenizer vocabulary size (special tokens included)")
+    tokenizer_docs: int = option(3000, "examples the tokenizer is trained on")
+    eval_tasks: int = option(0, "tasks of each domain's test split in the card's calibration (0 = none)")
+    eval_k: int = option(8, "samples per task (mean@k)")
+    eval_harnesses: str = option("h0", "h0 (each domain's base harness) or all (every shipped harness)")
+    eval_domains: str = option("chess,math,search", "comma-separated domains to calibrate")
+    threads: int = option(
+        0,
+        "torch CPU threads for training and calibration (0 = torch's default). On a machine shared with other work, 1 thread is steadier than 2",
+    )
 
     def validate(self) -> None:
         from whale_train.tiny import SIZES

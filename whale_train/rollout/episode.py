@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 
 from harnesses.base import HANDLE_METHODS, HarnessCallError
+from whale_train.config_io import option
 from whale_train.llm.base import Completion, Request, SamplingParams, ScoreUnsupported
 from whale_train.rollout.batcher import Batcher
 from whale_train.rollout.metrics import categorize
@@ -22,23 +23,22 @@ from whale_train.rollout.records import EnvStep, LLMCall, Trajectory, jsonable, 
 
 @dataclass(frozen=True)
 class EpisodeLimits:
-    """Per-episode bounds, enforced on the trusted side for each episode separately.
+    """Per-episode bounds, enforced on the trusted side for each episode separately."""
 
-    ``max_llm_calls`` counts requests (a vote of 8 is 8; a ``choose``/``score`` is 1); ``max_tokens``
-    caps the new tokens of any single request; ``harness_seconds`` bounds the harness's own compute
-    between two handle calls (time spent waiting for the model or the env does not count; the CLI's
-    ``--episode-timeout``). ``score``/``choose``: a prompt longer than ``max_prompt_chars`` keeps its
-    end (as ``complete`` keeps the last tokens that fit), at most ``max_options`` options and
-    ``max_scored_chars`` characters of options per call. An action longer than ``max_action_chars``
-    is refused."""
-
-    max_llm_calls: int = 64
-    max_tokens: int = 512
-    harness_seconds: float = 30.0
-    max_prompt_chars: int = 32_768
-    max_options: int = 256
-    max_scored_chars: int = 65_536
-    max_action_chars: int = 65_536
+    max_llm_calls: int = option(64, "model requests per episode (a vote of 8 is 8; a choose/score is 1)")
+    max_tokens: int = option(512, "new tokens of any single request, at most")
+    harness_seconds: float = option(
+        30.0,
+        "the harness's own compute between two handle calls, in seconds (waiting for the model or the env "
+        "does not count; the CLI's --episode-timeout)",
+    )
+    max_prompt_chars: int = option(
+        32_768,
+        "a score/choose prompt longer than this keeps its end (as complete keeps the last tokens that fit)",
+    )
+    max_options: int = option(256, "options of one score/choose call, at most")
+    max_scored_chars: int = option(65_536, "characters of options of one score/choose call, at most")
+    max_action_chars: int = option(65_536, "a longer action is refused")
 
     def __post_init__(self):
         for name in (
