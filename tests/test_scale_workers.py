@@ -61,3 +61,14 @@ def test_the_envs_tool_and_retrieval_go_through_the_pools(monkeypatch):
     monkeypatch.setattr(workers, "_pools", {})
     with pytest.raises(ValueError, match="WHALE_SANDBOX_WORKERS must be a whole number"):
         workers.pool("sandbox")
+
+
+def test_default_sizes_sandbox_four_per_cpu_retrieval_one_per_cpu(monkeypatch):
+    """Sandboxed calls mostly start an interpreter and wait on it: four per CPU (at most 256), so that
+    the calls of a turn do not queue behind each other; retrieval computes: one per CPU."""
+    monkeypatch.delenv("WHALE_SANDBOX_WORKERS", raising=False)
+    monkeypatch.delenv("WHALE_RETRIEVAL_WORKERS", raising=False)
+    for cpus, sandbox, retrieval in ((2, 8, 2), (16, 64, 16), (192, 256, 192), (None, 4, 1)):
+        monkeypatch.setattr(workers.os, "cpu_count", lambda n=cpus: n)
+        monkeypatch.setattr(workers, "_pools", {})
+        assert (workers.pool("sandbox").workers, workers.pool("retrieval").workers) == (sandbox, retrieval)

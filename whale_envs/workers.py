@@ -5,8 +5,12 @@ A rollout keeps hundreds of episodes in flight, each in its own thread, and each
 most of the time. When many of them reach a tool call together, running every call at once would
 start hundreds of sandboxes (processes, each with its memory limit) on a machine with a few dozen
 cores; running them one at a time would queue a 1024-episode batch behind them. A pool per kind of
-work runs at most ``workers`` calls at a time (default: the CPU count) and queues the rest in arrival
-order; an episode waits only for its own call, and episodes waiting on the model are not held up.
+work runs at most ``workers`` calls at a time and queues the rest in arrival order; an episode waits
+only for its own call, and episodes waiting on the model are not held up.
+Default sizes: retrieval one worker per CPU (it computes); sandboxed calls four per CPU, at most 256:
+most of a call's wall time goes to starting its interpreter and waiting on it, an episode waits for its
+call before its next model request, and with one per CPU the calls queued behind each other while the
+model had the cores (math/h0 on 2 CPUs: ``benchmarks/bench_rollout.py``, README).
 
     from whale_envs import workers
     result = workers.call("sandbox", run_python, code, limits)
@@ -29,6 +33,8 @@ T = TypeVar("T")
 
 KINDS = ("sandbox", "retrieval")
 _ENV = {"sandbox": "WHALE_SANDBOX_WORKERS", "retrieval": "WHALE_RETRIEVAL_WORKERS"}
+#: The default sandbox pool is four workers per CPU, never more than this many sandboxes at once.
+SANDBOX_WORKERS_MAX = 256
 
 
 class Pool:
@@ -80,7 +86,8 @@ _pools_lock = threading.Lock()
 def _default_size(kind: str) -> int:
     value = os.environ.get(_ENV[kind])
     if value is None:
-        return max(1, os.cpu_count() or 1)
+        cpus = max(1, os.cpu_count() or 1)
+        return min(4 * cpus, SANDBOX_WORKERS_MAX) if kind == "sandbox" else cpus
     try:
         return int(value)
     except ValueError:
