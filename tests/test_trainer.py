@@ -219,6 +219,52 @@ def test_an_existing_run_needs_resume_and_the_same_config(tmp_path):
         Run(smoke(MODEL, method="weight-only", budget_rollouts=16), tmp_path, resume=True)
 
 
+def test_a_second_writer_of_a_run_directory_is_refused_in_one_line(tmp_path):
+    """Two `whale train` on one folder would interleave their units in one ledger (a killed grid whose
+    runs went on, a resume started twice): the second is refused, naming the first one's pid; the lock
+    goes with its holder, so a killed run leaves nothing stale."""
+    out = tmp_path / "run"
+    config = tmp_path / "smoke.yaml"
+    config.write_text(
+        yaml.safe_dump({"model": MODEL, "method": "weight-only", **SMOKE, "budget_rollouts": 8})
+    )
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from whale_train.files import hold_folder; hold_folder({str(out)!r}, "
+            "'.train.lock', 'whale train'); print('held', flush=True); input()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        cmd = [
+            sys.executable,
+            "-m",
+            "whale_train.cli",
+            "train",
+            str(config),
+            "--out",
+            str(out),
+            "--no-report",
+        ]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        assert second.returncode == 2, second.stderr
+        assert f"another whale train (pid {holder.pid}) is writing to {out}" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1 and "Traceback" not in second.stderr
+        assert not (out / "ledger.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True)  # its holder is gone
+    assert again.returncode == 0, again.stderr
+    assert units(ledger(out))
+
+
 def test_report_writes_markdown_and_plots(tmp_path):
     for method in ("whale", "weight-only"):
         Run(smoke(MODEL, method=method, budget_rollouts=40), tmp_path / method, log=lambda *_: None).run()

@@ -31,3 +31,39 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 def atomic_write_json(path: str | Path, data: Any) -> Path:
     """``data`` as indented JSON (non-JSON values by ``str``), written atomically."""
     return atomic_write_text(path, json.dumps(data, indent=1, ensure_ascii=False, default=str) + "\n")
+
+
+# ------------------------------------------------------------------------------ one writer per folder
+
+_held: dict[Path, int] = {}  # lock file -> its descriptor, for the locks this process holds
+
+
+def hold_folder(folder: str | Path, name: str, writer: str) -> Path:
+    """Make this process the one writer of ``folder``: an exclusive ``flock`` on ``folder/name``, held
+    until :func:`release_folder` or the process ends, so a killed writer leaves nothing stale. Another
+    process holding it: ``FileExistsError`` naming ``writer`` and its pid. Taken again by the process that
+    holds it (a resume in the same process), it is kept."""
+    import fcntl
+
+    path = (Path(folder) / name).resolve()
+    if path in _held:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the processes it starts
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise FileExistsError(f"another {writer} (pid {pid}) is writing to {Path(folder)}") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    _held[path] = fd
+    return path
+
+
+def release_folder(folder: str | Path, name: str) -> None:
+    """Give up the lock :func:`hold_folder` took (the file stays: removing it would race a new holder)."""
+    fd = _held.pop((Path(folder) / name).resolve(), None)
+    if fd is not None:
+        os.close(fd)

@@ -109,12 +109,11 @@ def train_one(
     config_path: Path,
     run_dir: Path,
     extra_env: dict[str, str] | None = None,
-    *,
-    die_with_parent: bool = False,
 ) -> int:
     """``whale train CONFIG --out RUN --resume --no-report`` in a subprocess; its output goes to
-    ``RUN/train.log``. ``--resume`` starts a new run as well and continues an unfinished one.
-    ``die_with_parent``: the subprocess is killed when this process dies (a Ray worker that is lost)."""
+    ``RUN/train.log``. ``--resume`` starts a new run as well and continues an unfinished one. The
+    subprocess is killed when the thread that started it dies (a killed ``whale compare``, a lost Ray
+    worker): a run left running would go on writing the folder that the next ``--resume`` continues."""
     run_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "whale_train.cli", "train", str(config_path), "--out", str(run_dir)]
     with open(run_dir / "train.log", "a", encoding="utf-8") as log:
@@ -126,7 +125,7 @@ def train_one(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=set_parent_death_signal if die_with_parent else None,
+            preexec_fn=set_parent_death_signal,
         )
     return proc.returncode
 
@@ -137,7 +136,7 @@ def train_one(
 def _ray_task(config_path: str, run_dir: str) -> int:
     """The body of a run's Ray task (on whichever node Ray chose)."""
     record_placement(Path(run_dir), via="ray")
-    return train_one(Path(config_path), Path(run_dir), die_with_parent=True)
+    return train_one(Path(config_path), Path(run_dir))
 
 
 class RayPlacement:

@@ -14,6 +14,8 @@ The run directory::
     eval/             test mean@k per (model version, harness)
     tb/               TensorBoard event files (``report_to``; wandb/ and trackio/ when those are asked for)
     report.md, plots/ written by ``whale report``
+    .train.lock       held (``flock``) by the one ``whale train`` writing the directory; a second one is
+                      refused, naming the first one's pid
 
 Resume: a unit is the grain of work. A run killed at any point restarts the unit it was in, from the
 last saved state (model weights, optimizer, task stream, archive, ledger length); rollouts are seeded
@@ -43,12 +45,15 @@ from whale_envs import MATH_ID
 from whale_train import distributed
 from whale_train.config_io import Config, describe, option
 from whale_train.domains import domain_for
-from whale_train.files import atomic_write_text
+from whale_train.files import atomic_write_text, hold_folder, release_folder
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
 from whale_train.rsft import RSFT, ModelFailure, RSFTConfig, check_model
 from whale_train.schedule import METHODS, RunState, ScheduleConfig, ScheduleDecision, make_schedule
 from whale_train.tracking import Tracker, event_metrics, parse_report_to
+
+#: The lock file of a run directory: one ``whale train`` writes it at a time.
+RUN_LOCK = ".train.lock"
 
 # ------------------------------------------------------------------------------------------ config
 
@@ -261,6 +266,8 @@ class Run:
         self.config = config
         self.dir = Path(run_dir)
         self.log = log
+        # progress(description, total) -> a context manager yielding advance(); None: no progress shown
+        self.progress = progress
         existing = (self.dir / "state.json").exists()
         if existing and not resume:
             raise FileExistsError(
@@ -268,7 +275,15 @@ class Run:
             )
         if resume and not existing and (self.dir / "config.yaml").exists():
             pass  # killed before the first unit finished: start over in place
-        self.dir.mkdir(parents=True, exist_ok=True)
+        # One writer per run directory (two would interleave their units in one ledger), until run() ends.
+        hold_folder(self.dir, RUN_LOCK, "whale train")
+        try:
+            self._open(config, resume, existing, llm)
+        except BaseException:
+            release_folder(self.dir, RUN_LOCK)
+            raise
+
+    def _open(self, config: TrainConfig, resume: bool, existing: bool, llm: Any) -> None:
         if resume and (self.dir / "config.yaml").exists():
             saved = yaml.safe_load((self.dir / "config.yaml").read_text())
             if saved != json.loads(json.dumps(config.to_dict())):
@@ -290,8 +305,6 @@ class Run:
         self.started = time.monotonic()
         self.elapsed_before = 0.0
         self.tracker: Tracker | None = None
-        # progress(description, total) -> a context manager yielding advance(); None: no progress shown
-        self.progress = progress
         if resume and existing:
             self._restore()
 
@@ -528,6 +541,7 @@ class Run:
             if self.tracker is not None:
                 self.tracker.close()
                 self.tracker = None
+            release_folder(self.dir, RUN_LOCK)
 
     def _run(self) -> dict[str, Any]:
         self._costs()

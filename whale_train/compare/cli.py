@@ -134,7 +134,7 @@ def cmd_compare(args) -> int:
         table = run_grid(
             cfg, out, jobs=args.jobs, reference=reference, devices=devices, ray=ray, domains=only
         )
-    except (ValueError, RuntimeError) as exc:
+    except (ValueError, RuntimeError, FileExistsError) as exc:
         raise CLIError(str(exc)) from None
     finally:
         if ray is not None:

@@ -4,7 +4,6 @@ states that make ``--resume`` skip finished runs and continue killed ones, one w
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -19,44 +18,8 @@ from whale_train.compare.markdown import to_markdown
 from whale_train.compare.plan import CompareConfig, plan, prune_checkpoints, run_state
 from whale_train.compare.plots import plot_ablation, plot_accuracy
 from whale_train.compare.table import build_table, reproduction
+from whale_train.files import hold_folder, release_folder
 from whale_train.placement import train_one
-
-
-class _Lock:
-    """One ``whale compare`` per output folder at a time."""
-
-    def __init__(self, out: Path):
-        self.path = out / ".compare.lock"
-
-    def __enter__(self) -> _Lock:
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            pid = int(self.path.read_text().strip() or "0")
-            if _alive(pid):
-                raise RuntimeError(
-                    f"another whale compare (pid {pid}) is writing to {self.path.parent}"
-                ) from None
-            self.path.unlink(missing_ok=True)
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def run_grid(
@@ -90,7 +53,8 @@ def run_grid(
         raise ValueError(
             f"{out}/runs holds runs of another config: {', '.join(stale)}; remove them or choose another --out"
         )
-    with _Lock(out):
+    hold_folder(out, ".compare.lock", "whale compare")
+    try:
         (out / "grid.yaml").write_text(yaml.safe_dump(cfg.source, sort_keys=False))
         (out / "configs").mkdir(exist_ok=True)
         todo = []
@@ -160,6 +124,8 @@ def run_grid(
         if reference is not None:
             table["reproduction"] = reproduction(table, reference)
         write_table(table, out)
+    finally:
+        release_folder(out, ".compare.lock")
     return table
 
 
