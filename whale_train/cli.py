@@ -361,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (
         "whale_train.pretrain",
         "whale_train.meta_harness.cli",
-        "whale_train.trainer",
+        "whale_train.train_cli",
         "whale_train.report",
         "whale_train.compare",
         "whale_train.traces",

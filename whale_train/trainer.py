@@ -27,10 +27,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import shutil
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -42,13 +40,14 @@ import yaml
 
 from harnesses.loader import HarnessRef, load_harness
 from whale_envs import MATH_ID
+from whale_envs.sandbox import isolation_label
 from whale_train import distributed
-from whale_train.config_io import Config, describe, option
+from whale_train.config_io import Config, option
 from whale_train.domains import domain_for
 from whale_train.files import atomic_write_text, hold_folder, release_folder
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
-from whale_train.rsft import RSFT, ModelFailure, RSFTConfig, check_model
+from whale_train.rsft import RSFT, RSFTConfig, check_model
 from whale_train.schedule import METHODS, RunState, ScheduleConfig, ScheduleDecision, make_schedule
 from whale_train.tracking import Tracker, event_metrics, parse_report_to
 
@@ -552,7 +551,7 @@ class Run:
                     "method": self.config.method,
                     "env": self.config.env,
                     "budget": self.config.budget_rollouts,
-                    "isolation": _isolation_label(),
+                    "isolation": isolation_label(),
                 }
             )
             self.evaluate()
@@ -724,186 +723,3 @@ def _truncate_lines(path: Path, n: int) -> None:
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     if len(lines) != n:
         atomic_write_text(path, "".join(lines[:n]))
-
-
-# ------------------------------------------------------------------------------------------ CLI
-
-
-def add_parser(subparsers) -> None:
-    from whale_train.cli_common import add_command
-
-    p = add_command(
-        subparsers,
-        "train",
-        help="train: alternate RSFT and harness search (or a baseline) under a rollout budget",
-        description="Run WHALE or a baseline (method: whale, adaptive, weight-only, harness-only, stagewise, fst) "
-        "from a YAML config. Leaves a run directory with the ledger, checkpoints, the harness archive, test "
-        "evaluations and tracker logs (report_to: TensorBoard by default); --resume continues a stopped run "
-        f"where it stopped. Shipped configs, by name: {', '.join(shipped_configs())}.",
-        example="rsft.learning_rate=5e-5",
-    )
-    p.add_argument(
-        "config",
-        nargs="?",
-        default=None,
-        help="a YAML config file or a shipped config's name (demo, math/whale, ...); "
-        "with --resume it may be left out (the run's own config.yaml is used)",
-    )
-    p.add_argument("--out", default=None, help="run directory (default: runs/<name>)")
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in --out (which must exist; an existing folder without a run starts one)",
-    )
-    p.add_argument("--no-report", action="store_true", help="do not write report.md and plots at the end")
-    p.add_argument(
-        "--fields",
-        action="store_true",
-        help="list every config field (dotted) with its type, default and help",
-    )
-    p.set_defaults(func=cmd_train)
-
-
-def _plain(console):
-    """Log lines printed as text: a message holding ``[...]`` (an error, a path) is not rich markup."""
-    return lambda line: console.print(line, markup=False, highlight=False)
-
-
-def _train_config(args) -> TrainConfig:
-    from whale_train.errors import CLIError
-
-    if args.resume and args.out and not Path(args.out).exists():
-        raise CLIError(
-            f"--resume: {args.out} does not exist, so there is no run to resume; drop --resume to start one"
-        )
-    path = args.config
-    if path is None:
-        saved = Path(args.out) / "config.yaml" if args.out else None
-        if not (args.resume and saved and saved.exists()):
-            raise CLIError(
-                "whale train needs a config: a YAML file or a shipped name, e.g. `whale train demo` or "
-                "`whale train math/whale` (`whale train --help` lists the shipped ones)"
-            )
-        path = saved
-    try:
-        return TrainConfig.load(path, args.overrides)
-    except (ValueError, FileNotFoundError) as exc:  # one line naming the file or --set and the field
-        raise CLIError(str(exc)) from None
-
-
-def follow_run(config: TrainConfig) -> int:
-    """``whale train`` on a rank other than 0 under ``accelerate launch``: the training model and
-    ``rsft.RSFTUpdater`` exactly as rank 0 builds them, then ``distributed.follow`` until rank 0 stops; a
-    resume loads the checkpoint as ``RSFT.restore`` does (``from_pretrained``, PEFT's loader for LoRA)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from whale_train.llm import default_model
-    from whale_train.rsft import RSFTUpdater, load_checkpoint
-
-    path = config.model or default_model()
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    if torch.cuda.is_available():
-        model = model.to(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
-    rsft = dataclasses.replace(config.rsft, seed=config.seed, concurrency=config.concurrency)
-    trainer = RSFTUpdater(model, AutoTokenizer.from_pretrained(path), rsft)
-
-    def load(checkpoint) -> None:
-        load_checkpoint(trainer.model, Path(checkpoint))
-        extra = torch.load(Path(checkpoint) / "rsft_state.pt", weights_only=False)
-        trainer.optimizer_state = extra["optimizer"]
-
-    try:
-        distributed.follow(trainer, load=load)
-    except distributed.RankLost as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def cmd_train(args) -> int:
-    from rich.table import Table
-
-    from whale_train.cli_common import (
-        CLIError,
-        Interrupted,
-        check_model,
-        console,
-        load_harness_for,
-        make_env,
-        progress_bar,
-    )
-
-    if args.fields:
-        console.print("\n".join(describe(TrainConfig)), markup=False, highlight=False)
-        return 0
-    config = _train_config(args)
-    out = Path(args.out or f"runs/{config.name}")
-    if args.resume and not out.exists():
-        raise CLIError(
-            f"--resume: {out} does not exist, so there is no run to resume; drop --resume to start one"
-        )
-    if not distributed.is_main():  # accelerate launch: this rank only trains, on rank 0's examples
-        return follow_run(config)
-    try:
-        # user errors in the config surface here, before the run directory is made
-        make_env(config.env, config.tasks, config.eval.split)
-        load_harness_for(config.harness_name, config.env)
-        check_model(config.model, config.backend)
-        try:
-            run = Run(config, out, resume=args.resume, log=_plain(console), progress=progress_bar)
-        except (FileExistsError, ValueError, ImportError) as exc:
-            raise CLIError(str(exc)) from None
-        console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")
-        try:
-            with sigint_stops_run():
-                summary = run.run()
-        except KeyboardInterrupt:
-            again = f"whale train --out {out} --resume"  # the run's own config.yaml, overrides included
-            raise Interrupted(
-                f"stopped in unit {run.units} ({run.state.rollouts} rollouts done); `{again}` continues it"
-            ) from None
-        except ImportError as exc:  # a tracker asked for in report_to is not installed
-            raise CLIError(str(exc)) from None
-        except ModelFailure as exc:
-            console.print(
-                f"[red]error:[/] {exc} (the run stopped; --resume continues it once the model works)",
-                highlight=False,
-            )
-            return 1
-        except distributed.RankLost as exc:  # a training rank died: `--resume` continues from the last unit
-            from rich.markup import escape
-
-            console.print(f"[red]error:[/] {escape(str(exc))}; `whale train --out {out} --resume` continues")
-            return 1
-    finally:
-        if distributed.world()[1] > 1:
-            with contextlib.suppress(distributed.RankLost):  # a rank that is gone cannot be told to stop
-                distributed.stop_followers()
-    table = Table(title=f"{config.name}: {config.method} on {config.env}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    pct = lambda x: "—" if x is None else f"{100 * x:.1f}%"  # noqa: E731
-    table.add_row("test mean@k at start", pct(run_evals(out)[0]["mean"] if run_evals(out) else None))
-    table.add_row("best test mean@k", f"{pct(summary['best_mean'])} ± {pct(summary['best_se'])}")
-    table.add_row("reached at rollouts", str(summary["best_at_rollouts"]))
-    table.add_row("rollouts spent / budget", f"{summary['rollouts']} / {summary['budget']}")
-    table.add_row("wall time", f"{summary['wall_seconds']:.0f} s")
-    console.print(table)
-    if not args.no_report:
-        from whale_train.report import write_report
-
-        path = write_report([out])
-        console.print(f"report: {path}   plots: {path.parent / 'plots'}")
-    return 0
-
-
-def run_evals(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in open(Path(run_dir) / "ledger.jsonl") if '"event": "eval"' in line]
-
-
-def _isolation_label() -> str:
-    """How untrusted code of this run is isolated (a run under the opt-in says so in the ledger)."""
-    from whale_envs.sandbox import isolation_label
-
-    return isolation_label()

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from whale_envs.sandbox import isolation_label
 from whale_train.meta_harness.archive import Archive, atomic_write_json, atomic_write_text
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.meta_harness.lineage import lineage_report
@@ -132,7 +133,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         "search_seconds": round(sum(r.get("wall_seconds", 0.0) for r in archive.records()), 1),
         "accepted": [_accepted(r) for r in archive.records() if r["accepted"]],
         "search": {"seed": _brief(seed_rec), "incumbent": _brief(inc_rec)},
-        "isolation": _isolation_label(),
+        "isolation": isolation_label(),
     }
     if args.test_limit:
         results["test"] = {
@@ -262,9 +263,3 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     else:
         print(report, end="")
     return 0
-
-
-def _isolation_label() -> str:
-    from whale_envs.sandbox import isolation_label
-
-    return isolation_label()
