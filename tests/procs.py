@@ -1,4 +1,5 @@
-"""What the tests read of ``/proc``: which processes carry a marker, which are another's live children."""
+"""What the tests read of ``/proc``: which processes carry a marker, which are another's live children,
+whether one is still running."""
 
 from __future__ import annotations
 
@@ -31,3 +32,12 @@ def running_children(parent: int) -> list[int]:
         if int(ppid) == parent and state != b"Z":
             kids.append(pid)
     return kids
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False

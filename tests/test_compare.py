@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.crash import crash_env
-from tests.procs import running_children
+from tests.procs import running, running_children
 from whale_train.compare import (
     CompareConfig,
     build_table,
@@ -711,7 +711,7 @@ def test_a_killed_decisive_grid_resumes_without_redoing_finished_runs(tmp_path):
     runs = running_children(first.pid)  # the whale train runs in flight
     os.kill(first.pid, signal.SIGKILL)  # only `whale compare`: its runs must not go on writing their folders
     first.wait()
-    while (left := [pid for pid in runs if _running(pid)]) and time.monotonic() < deadline:
+    while (left := [pid for pid in runs if running(pid)]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"whale train runs outlived the killed grid: {left}"
     finished = _finished(out)
@@ -733,14 +733,6 @@ def test_a_killed_decisive_grid_resumes_without_redoing_finished_runs(tmp_path):
     assert {r["domain"] for r in rows} == {"math", "search"}
     assert {r["claim"] for r in rows} == {1, 2, 3, 4} and all(r["verdict"] == "not resolved" for r in rows)
     assert "## Verdicts" in (out / "compare.md").read_text()
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
 
 
 def _finished(out: Path) -> list[str]:

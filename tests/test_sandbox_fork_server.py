@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import carrying, running_children
+from tests.procs import carrying, running, running_children
 from tests.sandbox_script import LOAD_SANDBOX
 from whale_envs import sandbox
 from whale_envs.sandbox import Limits, run_python
@@ -32,14 +32,6 @@ def _server_pid() -> int:
     assert run_python("pass", JAILED).ok
     assert sandbox._SERVER is not None
     return sandbox._SERVER.proc.pid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
 
 
 def test_nothing_of_one_call_is_visible_to_the_next():
@@ -189,9 +181,9 @@ def test_the_server_exits_with_its_caller():
     out, server, fresh = done.stdout.split()
     assert out == "1" and fresh == "0"  # the probe and the call both went through the server
     deadline = time.monotonic() + 5
-    while _alive(int(server)) and time.monotonic() < deadline:
+    while running(int(server)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(int(server))
+    assert not running(int(server))
 
 
 _BUSY_SCRIPT = (

@@ -56,6 +56,17 @@ def ledger(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
 
 
+def train_cli(config: Path, out: Path, *, resume: bool = False, env: dict | None = None):
+    """``whale train CONFIG --out OUT --no-report [--resume]`` in a subprocess, offline."""
+    cmd = [sys.executable, "-m", "whale_train.cli", "train", str(config), "--out", str(out), "--no-report"]
+    return subprocess.run(
+        cmd + (["--resume"] if resume else []),
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        capture_output=True,
+        text=True,
+    )
+
+
 def units(events):
     return [e for e in events if e["event"] == "unit"]
 
@@ -124,20 +135,7 @@ def test_a_run_killed_at_random_points_resumes_to_the_same_ledger_and_archive(tm
     config.write_text(yaml.safe_dump({"model": MODEL, "method": "whale", **SMOKE, "budget_rollouts": 80}))
 
     def train(out: Path, crash: str | None = None, resume: bool = False) -> int:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", **(crash_env(crash) if crash else {})}
-        cmd = [
-            sys.executable,
-            "-m",
-            "whale_train.cli",
-            "train",
-            str(config),
-            "--out",
-            str(out),
-            "--no-report",
-        ]
-        return subprocess.run(
-            cmd + (["--resume"] if resume else []), env=env, capture_output=True, text=True
-        ).returncode
+        return train_cli(config, out, resume=resume, env=crash_env(crash) if crash else {}).returncode
 
     assert train(tmp_path / "straight") == 0
     # Kill points across both phases (units 0-2 weight, 3-4 harness, 5-7 weight): at a unit's start, after
@@ -241,18 +239,7 @@ def test_a_second_writer_of_a_run_directory_is_refused_in_one_line(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        cmd = [
-            sys.executable,
-            "-m",
-            "whale_train.cli",
-            "train",
-            str(config),
-            "--out",
-            str(out),
-            "--no-report",
-        ]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        second = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        second = train_cli(config, out)
         assert second.returncode == 2, second.stderr
         assert f"another whale train (pid {holder.pid}) is writing to {out}" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1 and "Traceback" not in second.stderr
@@ -260,7 +247,7 @@ def test_a_second_writer_of_a_run_directory_is_refused_in_one_line(tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True)  # its holder is gone
+    again = train_cli(config, out)  # its holder is gone
     assert again.returncode == 0, again.stderr
     assert units(ledger(out))
 
