@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import signal
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,13 +90,16 @@ def record_placement(run_dir: Path, **extra: Any) -> None:
         fh.write(json.dumps(line) + "\n")
 
 
-def set_parent_death_signal() -> None:
-    """``preexec_fn`` of a child that must not outlive its parent (Linux: ``PR_SET_PDEATHSIG``)."""
+def parent_death_signal() -> Callable[[], Any] | None:
+    """A ``preexec_fn`` for a child that must not outlive the thread that starts it (Linux:
+    ``PR_SET_PDEATHSIG``, SIGKILL); None where there is no ``prctl``. libc is loaded here, in the parent:
+    between fork and exec the child only calls the function (a ``dlopen`` there could deadlock on a lock
+    another thread held at the fork)."""
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    except OSError:  # not Linux: a retried run may then overlap a leftover child
-        pass
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: a retried run may then overlap a leftover child
+        return None
+    return functools.partial(prctl, 1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
 
 
 def _train_env() -> dict[str, str]:
@@ -125,7 +129,7 @@ def train_one(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=set_parent_death_signal,
+            preexec_fn=parent_death_signal(),
         )
     return proc.returncode
 
