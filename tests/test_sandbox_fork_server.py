@@ -54,7 +54,8 @@ def test_nothing_of_one_call_is_visible_to_the_next():
         JAILED,
     )
     # a fresh, empty 16 MiB tmpfs (its files: a checkout or venv under the temp directory also puts the
-    # directories leading to its read-only mount point there, as /tmp is a view of it); a fresh PID namespace (the code is pid 2 again, under its own pid 1);
+    # directories leading to its read-only mount point there, as /tmp is a view of it); a fresh PID
+    # namespace (the code is pid 2 again, under its own pid 1);
     # only stdin/stdout/stderr open (the 4th is listdir's own): no socket of the server or the caller
     assert second.ok, second
     assert second.stdout == "['main.py'] False None True 2 ['1', '2'] ['0', '1', '2', '3']\n", second.stdout

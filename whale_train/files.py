@@ -6,6 +6,7 @@ owner can sweep what a killed writer left) and is renamed into place.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -43,8 +44,6 @@ def hold_folder(folder: str | Path, name: str, writer: str) -> Path:
     until :func:`release_folder` or the process ends, so a killed writer leaves nothing stale. Another
     process holding it: ``FileExistsError`` naming ``writer`` and its pid. Taken again by the process that
     holds it (a resume in the same process), it is kept."""
-    import fcntl
-
     path = (Path(folder) / name).resolve()
     if path in _held:
         return path

@@ -272,8 +272,7 @@ class Run:
             raise FileExistsError(
                 f"{self.dir} holds a run already: pass --resume to continue it, or choose another --out"
             )
-        if resume and not existing and (self.dir / "config.yaml").exists():
-            pass  # killed before the first unit finished: start over in place
+        # resume without state.json (killed before the first unit finished): start over in place
         # One writer per run directory (two would interleave their units in one ledger), until run() ends.
         hold_folder(self.dir, RUN_LOCK, "whale train")
         try:
