@@ -12,8 +12,8 @@ to another: not class attributes, not module globals, not caches. The template s
 with the episode id of the pipe it came from, so an episode cannot act for another, and it checks
 each message (size, JSON, shape) before anything reaches the trusted process.
 
-The program is self-contained (``worker_program()`` returns its source, with ``harnesses.base`` and
-``harnesses.validate`` inlined as modules) because the sandbox hides this project's packages from the
+The program is self-contained (``worker_program()`` returns its source, with ``harnesses.base``,
+``harnesses.validate`` and ``whale_envs._children`` inlined as modules) because the sandbox hides this project's packages from the
 code it runs: the bundled data sits next to them and holds answers.
 
 Protocol (one JSON object per line; worker → trusted on stdout, trusted → worker on stdin)::
@@ -40,6 +40,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from whale_envs._children import reap_exited
+
 #: The longest message an episode may send (an action, a prompt); a longer one ends the episode.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 #: The deepest nesting of JSON an episode may send.
@@ -48,7 +50,7 @@ MAX_DEPTH = 32
 MAX_PENDING_BYTES = 64 * 1024 * 1024
 
 #: Modules inlined into the worker program, in import order.
-_INLINE = ("harnesses.base", "harnesses.validate")
+_INLINE = ("whale_envs._children", "harnesses.base", "harnesses.validate")
 
 
 def worker_program() -> str:
@@ -253,13 +255,7 @@ class _Template:
     def reap(self) -> None:
         """Collect exited processes; kill orphans (a daemon an episode left behind) that came to us."""
         live = {c.pid for c in self.children.values()}
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                break
+        reap_exited()
         try:
             for entry in os.listdir("/proc"):
                 if entry.isdigit() and int(entry) not in live and int(entry) not in (1, os.getpid()):

@@ -277,7 +277,7 @@ def test_the_unprivileged_path_user_namespace_is_isolated_too():
     os.chmod(root, 0o755)
     os.mkdir(os.path.join(root, "whale_envs"), 0o755)
     open(os.path.join(root, "whale_envs", "__init__.py"), "w").close()
-    for name in ("sandbox.py", "_sandbox_boot.py"):
+    for name in ("sandbox.py", "_sandbox_boot.py", "_children.py"):
         shutil.copy(os.path.join(PROJECT, "whale_envs", name), os.path.join(root, "whale_envs", name))
     for name in os.listdir(os.path.join(root, "whale_envs")):
         os.chmod(os.path.join(root, "whale_envs", name), 0o644)

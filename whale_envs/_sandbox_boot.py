@@ -2,7 +2,8 @@
 
 This file is not imported. :func:`whale_envs.sandbox.run_python` passes its source to a fresh
 ``python -I -S -c`` together with one JSON argument, so it must only use the standard library and must
-not rely on ``__file__``. Steps, in the child:
+not rely on ``__file__``; its one import of this package, :mod:`whale_envs._children`, is replaced by
+that module's source when it is sent. Steps, in the child:
 
 1. (``namespaces``) ``unshare`` new mount, network, PID, IPC and UTS namespaces (plus a user namespace
    when not root); build a new root on a tmpfs that holds only read-only bind mounts of the paths the
@@ -30,6 +31,8 @@ import resource
 import signal
 import stat
 import sys
+
+from whale_envs._children import reap_exited  # spliced in by sandbox._boot_source()
 
 SETUP_FAILED = 120
 
@@ -327,31 +330,14 @@ def _serve(control_fd, root):
         os.close(taken_w)
         taken = os.read(taken_r, 1)
         os.close(taken_r)
-        _reap()
+        reap_exited()  # the supervisors that have exited (each lives until its caller is done)
         if taken != b"+":  # the caller is gone: its supervisors end with their reports; wait a little
-            _reap(patience_s=3.0)
+            reap_exited(patience_s=3.0)
             try:
                 os.rmdir(root)  # the calls' mount point (still busy if a call is left: then it stays)
             except OSError:
                 pass
             os._exit(0)
-
-
-def _reap(patience_s=0.0):
-    """Collect the supervisors that have exited (each lives until its caller is done with it); with
-    ``patience_s``, wait up to that long for all of them."""
-    import time
-
-    deadline = time.monotonic() + patience_s
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            if time.monotonic() >= deadline:
-                return
-            time.sleep(0.01)
 
 
 def _serve_one(socket, control, taken_w):

@@ -832,9 +832,18 @@ def _sandbox_uid() -> int:
 # ------------------------------------------------------------------------------------ configuration
 
 
+#: The boot program's one import of this package, replaced by that module's source when it is sent.
+_BOOT_IMPORT = "from whale_envs._children import reap_exited  # spliced in by sandbox._boot_source()\n"
+
+
 @lru_cache(maxsize=1)
 def _boot_source() -> str:
-    return (resources.files("whale_envs") / "_sandbox_boot.py").read_text(encoding="utf-8")
+    """``_sandbox_boot.py`` as one self-contained program: ``_children.py`` spliced in for its import."""
+    package = resources.files("whale_envs")
+    boot = (package / "_sandbox_boot.py").read_text(encoding="utf-8")
+    if _BOOT_IMPORT not in boot:
+        raise RuntimeError("whale_envs/_sandbox_boot.py no longer imports _children as sandbox.py expects")
+    return boot.replace(_BOOT_IMPORT, (package / "_children.py").read_text(encoding="utf-8"), 1)
 
 
 def _boot_python() -> str:

@@ -88,6 +88,17 @@ RELATIONS: dict[str, Relation] = {
 }
 
 
+#: How the plain value of a person's or a company's attribute is drawn (a relation to an entity picks
+#: one of its target type). Cities and countries are drawn by ``_World.fill`` itself: a city's country
+#: may be set already, and a country's capital is one of its cities.
+ATTRIBUTES: dict[str, Callable[[random.Random], str]] = {
+    "birth_year": lambda rng: str(rng.randint(1900, 1999)),
+    "profession": lambda rng: rng.choice(PROFESSIONS),
+    "founded_year": lambda rng: str(rng.randint(1850, 2010)),
+    "product": lambda rng: rng.choice(PRODUCTS),
+}
+
+
 def chains(hops: int) -> list[tuple[Relation, ...]]:
     """Every type-correct chain of ``hops`` facts: ``hops - 1`` entity relations, then any final fact."""
     out: list[tuple[Relation, ...]] = [(r,) for r in RELATIONS.values()]
@@ -238,20 +249,10 @@ class _World:
     def fill(self, e: Entity) -> None:
         """Draw the facts of ``e`` (relations point at entities already in the world)."""
         rng, pick = self.rng, lambda kind: self.rng.choice(self.by_kind[kind])
-        if e.kind == "person":
-            e.facts.update(
-                born_in=pick("city"),
-                works_for=pick("company"),
-                birth_year=str(rng.randint(1900, 1999)),
-                profession=rng.choice(PROFESSIONS),
-            )
-        elif e.kind == "company":
-            e.facts.update(
-                founded_by=pick("person"),
-                based_in=pick("city"),
-                founded_year=str(rng.randint(1850, 2010)),
-                product=rng.choice(PRODUCTS),
-            )
+        if e.kind in ("person", "company"):  # every fact drawn afresh, in RELATIONS' order
+            for r in RELATIONS.values():
+                if r.subject == e.kind:
+                    e.facts[r.name] = pick(r.target) if r.target else ATTRIBUTES[r.name](rng)
         elif e.kind == "city":
             if "in_country" not in e.facts:
                 e.facts["in_country"] = pick("country")
