@@ -169,6 +169,12 @@ def test_every_combination_of_mechanisms_renders_valid_readable_source(domain):
             {},
             lambda p: f"<search>{p[10:30]}</search><answer>{p[-12:]}</answer>",
         ),
+        (
+            "whale/SearchQA-v0",
+            "search_qa/follow_up",
+            {"follow_up": "model_choose"},
+            lambda p: f"<search>{p[10:30]}</search><answer>{p[-12:]}</answer>",
+        ),
     ],
 )
 def test_genomes_behave_exactly_like_the_shipped_harnesses_they_name(env_id, harness, slots, reply):

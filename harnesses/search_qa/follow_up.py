@@ -49,6 +49,12 @@ class SearchFollowUp(Harness):
         prompt = f"Question: {info['question']}\nPassages:\n{self.shown(seen)}\nWrite the next search query inside <search></search>."
         return extract_tag(llm.complete(self.make_prompt(prompt, info, llm), **self.params()), "search")
 
+    def read(self, info, new, answers, llm):
+        """After each search: the answer its new passages give, kept in ``answers`` for ``pick``."""
+        found = self.answer(info, new, llm) if new else None
+        if found and found not in answers:
+            answers.append(found)
+
     def pick(self, info, seen, answers, llm):
         """Of the answers read after each search, the one the model finds most likely given every
         passage read (likelihood selection: the model compares, it does not write)."""
@@ -69,9 +75,7 @@ class SearchFollowUp(Harness):
             ids = [q["id"] for q in seen]
             new = [p for p in (info.get("passages") or [])[: self.passages] if p["id"] not in ids]
             seen += new
-            found = self.answer(info, new, llm) if new else None
-            if found and found not in answers:
-                answers.append(found)  # what this search's passages say
+            self.read(info, new, answers, llm)
             if round_ == self.follow_ups:
                 break
             query = self.next_query(info, seen, llm)

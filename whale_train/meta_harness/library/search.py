@@ -166,29 +166,25 @@ def render(g: Genome, name: str) -> str:
     if s["follow_up"] != "none":
         parts.append(core.method(core.code_of(SearchFollowUp.next_query)))
     if s["follow_up"] == "model_choose":
+        parts.append(core.method(core.code_of(SearchFollowUp.read)))
         parts.append(core.method(core.code_of(SearchFollowUp.pick)))
         parts.append(core.method(core.code_of(SearchFollowUp.run)))
-    elif s["follow_up"] == "model":
-        run = """
-            obs, info = env.reset()
-            self.start(obs, info)
-            seen = []
-            query = self.first_query(info, llm)
-            for round_ in range(1 + self.follow_ups):
-                obs, reward, terminated, truncated, info = env.step(f"search: {query}")
-                if terminated or truncated:
-                    return
-                for p in (info.get("passages") or [])[: self.passages]:
-                    if p["id"] not in [q["id"] for q in seen]:
-                        seen.append(p)
-                if round_ == self.follow_ups:
-                    break
-                query = self.next_query(info, seen, llm)
-                if not query:
-                    break
-            env.step(f"answer: {self.answer(info, seen, llm) or 'unknown'}")
-            """
-        parts.append(core.define("run(self, env, llm)", run))
+    elif s["follow_up"] == "model":  # the same loop, answering once from every passage read
+        parts.append(
+            core.define(
+                "read(self, info, new, answers, llm)",
+                "pass",
+                doc="Nothing is answered between searches: the answer comes from every passage read.",
+            )
+        )
+        parts.append(
+            core.define(
+                "pick(self, info, seen, answers, llm)",
+                "return self.answer(info, seen, llm)",
+                doc="One answer, from every passage read.",
+            )
+        )
+        parts.append(core.method(core.code_of(SearchFollowUp.run)))
     else:  # one search: the shipped search_qa/question_query's loop
         parts.append(core.method(core.code_of(SearchQuestionQuery.run)))
     prefix = ""
