@@ -480,6 +480,36 @@ def test_run_grid_trains_only_unfinished_runs_and_refuses_a_stale_folder(tmp_pat
         run_grid(other, out, log=lambda _line: None, train=train)
 
 
+def test_dry_run_lists_each_state_and_the_finished_runs_numbers(tmp_path, capsys):
+    from whale_train.cli import main
+
+    path = _write(
+        tmp_path / "grid.yaml",
+        {
+            "domains": {"math": {"set": {"env": "whale/Math-v0"}}},
+            "methods": ["whale", "weight-only", "harness-only"],
+            "set": TINY_SET,
+        },
+    )
+    runs = {r.id: r for r in plan(CompareConfig.load(path))}
+    out = tmp_path / "out"
+    _fake_run(
+        out, runs["math-whale-s0"], [(0, 0.3, 0.2), (48, 0.45, 0.5), (96, 0.4, 0.35)], spent=96, elapsed=5.0
+    )
+    partial = out / "runs" / "math-weight-only-s0"
+    partial.mkdir(parents=True)
+    (partial / "config.yaml").write_text(yaml.safe_dump(runs["math-weight-only-s0"].config.to_dict()))
+    (partial / "ledger.jsonl").write_text(json.dumps({"event": "start", "rollouts_total": 0}) + "\n")
+    assert main(["compare", str(path), "--out", str(out), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("math-whale-s0: done (budget ")
+    assert lines[0].endswith(": test mean@k best 45.0%, final 40.0%, selected 45.0%")
+    assert lines[1].startswith("math-weight-only-s0: partial (") and "mean@k" not in lines[1]
+    assert lines[2].startswith("math-harness-only-s0: new (")
+    assert lines[-1] == "1 of 3 runs finished"
+    assert not (out / "compare.md").exists() and not (out / "grid.yaml").exists()  # it wrote nothing
+
+
 def test_run_grid_runs_only_the_named_domains(tmp_path):
     path = _write(
         tmp_path / "grid.yaml",

@@ -12,6 +12,7 @@ from whale_train import placement
 from whale_train.cli_common import add_command
 from whale_train.compare.plan import CompareConfig, plan, run_state
 from whale_train.compare.runner import run_grid
+from whale_train.compare.table import collect, run_numbers
 
 
 def add_parser(subparsers) -> None:
@@ -77,7 +78,12 @@ def add_parser(subparsers) -> None:
         help="run only the runs of these domains of the config (a grid run in parts); the table still has every "
         "finished run",
     )
-    p.add_argument("--dry-run", action="store_true", help="list the runs and their state; run nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the runs and their state, with a finished run's best, final and selected test mean@k; run "
+        "nothing (it only reads, so it is safe beside a running grid)",
+    )
     p.set_defaults(func=cmd_compare)
 
 
@@ -111,10 +117,7 @@ def cmd_compare(args) -> int:
         except (OSError, ValueError) as exc:
             raise CLIError(f"--reference {args.reference}: {exc}") from None
     if args.dry_run:
-        for r in runs:
-            state = run_state(out / "runs" / r.config.name, r.config)
-            same = "" if r.config.name == r.id else f" = {r.config.name}"
-            print(f"{r.id}{same}: {state} (budget {r.budget}, unit <= {r.max_unit})")
+        dry_run(runs, out)
         return 0
     devices = ray = None
     try:
@@ -152,3 +155,20 @@ def cmd_compare(args) -> int:
             print(f"outside: {', '.join(outside)} (see the reproduction section of {out / 'compare.md'})")
             return 2
     return 0
+
+
+def dry_run(runs, out: Path) -> None:
+    """Each run's state; a finished one with its three test numbers (so a grid run in parts shows its
+    results so far). Reads only: safe beside a running grid."""
+    finished = collect(runs, out)
+    for r in runs:
+        state = run_state(out / "runs" / r.config.name, r.config)
+        same = "" if r.config.name == r.id else f" = {r.config.name}"
+        line = f"{r.id}{same}: {state} (budget {r.budget}, unit <= {r.max_unit})"
+        if r.config.name in finished:
+            n = run_numbers(finished[r.config.name])
+            line += ": test mean@k " + ", ".join(
+                f"{m} {'—' if n[m] is None else f'{100 * n[m]:.1f}%'}" for m in ("best", "final", "selected")
+            )
+        print(line)
+    print(f"{len(finished)} of {len({r.config.name for r in runs})} runs finished")
