@@ -13,8 +13,8 @@ with the episode id of the pipe it came from, so an episode cannot act for anoth
 each message (size, JSON, shape) before anything reaches the trusted process.
 
 The program is self-contained (``worker_program()`` returns its source, with ``harnesses.base``,
-``harnesses.validate`` and ``whale_envs._children`` inlined as modules) because the sandbox hides this project's packages from the
-code it runs: the bundled data sits next to them and holds answers.
+``harnesses.validate`` and ``whale_envs._children`` inlined as modules) because the sandbox hides this
+project's packages from the code it runs: the bundled data sits next to them and holds answers.
 
 Protocol (one JSON object per line; worker → trusted on stdout, trusted → worker on stdin)::
 

@@ -173,7 +173,6 @@ def render(g: Genome, name: str) -> str:
         parts.append(
             core.define(
                 "read(self, info, new, answers, llm)",
-                "pass",
                 doc="Nothing is answered between searches: the answer comes from every passage read.",
             )
         )
