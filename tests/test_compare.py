@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -536,6 +537,69 @@ def test_run_grid_runs_only_the_named_domains(tmp_path):
     assert not table["runs"]["math-whale-s0"]["finished"]
     run_grid(cfg, out, log=lambda _line: None, train=train)
     assert calls == ["search-whale-s0", "math-whale-s0"]
+
+
+def test_a_grid_continues_from_its_record_alone_on_a_fresh_machine(tmp_path, capsys):
+    """``record:``: a finished run's small files are copied there (not its checkpoints or traces); with
+    ``--out`` gone (a new machine), the recorded run is finished, skipped and in the table, the dry run says
+    where it was read from, and ``--resume`` accepts the grid."""
+    from whale_train.cli import main
+
+    record = tmp_path / "record"
+    path = _write(
+        tmp_path / "grid.yaml",
+        {
+            "domains": {"math": {"set": {"env": "whale/Math-v0"}}},
+            "methods": ["whale", "weight-only"],
+            "set": TINY_SET,
+            "record": str(record),
+        },
+    )
+    cfg = CompareConfig.load(path)
+    assert cfg.record == record
+    runs = {r.id: r for r in plan(cfg)}
+    out, calls = tmp_path / "out", []
+    _fake_run(out, runs["math-whale-s0"], [(0, 0.3), (96, 0.4)], spent=96, elapsed=5.0)
+    (out / "runs" / "math-whale-s0" / "eval").mkdir()
+    (out / "runs" / "math-whale-s0" / "eval" / "v0_math_h0.json").write_text("{}")
+    (out / "runs" / "math-whale-s0" / "eval" / "v0_math_h0.traces.jsonl").write_text("{}\n")
+    (out / "runs" / "math-whale-s0" / "checkpoints" / "3").mkdir(parents=True)
+
+    def train(config_path: Path, run_dir: Path) -> int:
+        calls.append(run_dir.name)
+        if run_dir.exists():  # a run started in the first session, continued
+            shutil.rmtree(run_dir)
+        _fake_run(out, runs[run_dir.name], [(0, 0.3), (90, 0.35)], spent=90, elapsed=7.0)
+        return 0
+
+    # the first session: the run finished before the record existed is recorded; the other is postponed
+    first = run_grid(cfg, out, log=lambda _line: None, train=train, hours=1e-9)
+    assert calls == [] and first["invocation"]["postponed"] == ["math-weight-only-s0"]
+    kept = record / "math-whale-s0"
+    assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [
+        "config.yaml",
+        "eval/v0_math_h0.json",
+        "ledger.jsonl",
+        "state.json",
+    ]
+    partial = out / "runs" / "math-weight-only-s0"
+    partial.mkdir(parents=True)
+    (partial / "config.yaml").write_text(yaml.safe_dump(runs["math-weight-only-s0"].config.to_dict()))
+    run_grid(cfg, out, log=lambda _line: None, train=train)
+    assert calls == ["math-weight-only-s0"] and (record / "math-weight-only-s0" / "ledger.jsonl").exists()
+    # a fresh machine: no --out, only the committed record
+    shutil.rmtree(out)
+    assert main(["compare", str(path), "--out", str(out), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("math-whale-s0: done (record) (") and "best 40.0%" in lines[0]
+    assert lines[-1] == "2 of 2 runs finished"
+    table = run_grid(cfg, out, log=lambda _line: None, train=train)
+    assert calls == ["math-weight-only-s0"] and table["invocation"]["ran"] == []
+    assert table["finished_runs"] == 2
+    assert table["domains"]["math"]["paired"]["weight-only"]["diffs"] == pytest.approx([0.05])
+    shutil.rmtree(out)
+    assert main(["compare", str(path), "--out", str(out), "--resume", "--hours", "1e-9"]) == 0
+    assert (out / "compare.json").exists()
 
 
 # ------------------------------------------------------------------------------------------ the smoke grid

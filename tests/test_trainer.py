@@ -129,6 +129,35 @@ def test_whale_phase_order_and_rescore_first(tmp_path):
     assert all(u["signals"]["kind"] == "iteration" for u in harness if u not in firsts)
 
 
+def test_runs_sharing_an_eval_cache_score_each_weights_and_harness_once(tmp_path):
+    """``eval_cache``: a second run of the same config reads every evaluation from the cache (its eval events
+    say ``cached``, its eval files hold the same numbers); each model version is its own entry; and a run
+    without the cache computes the same numbers that the cache holds."""
+    cache = tmp_path / "cache"
+    config = smoke(
+        MODEL,
+        method="weight-only",
+        budget_rollouts=16,
+        eval={"k": 2, "limit": 4, "every": 8, "select_limit": 2, "select_k": 1},
+    )
+    quiet = {"log": lambda *_: None}
+    Run(config, tmp_path / "a", eval_cache=cache, **quiet).run()
+    Run(config, tmp_path / "b", eval_cache=cache, **quiet).run()
+    Run(config, tmp_path / "c", **quiet).run()
+    evals = {r: [e for e in ledger(tmp_path / r) if e["event"] == "eval"] for r in "abc"}
+    assert [e["model_version"] for e in evals["a"]] == [0, 1, 2]
+    assert len(list(cache.glob("*.json"))) == len(list(cache.glob("*.traces.jsonl"))) == 3
+    assert not any(e.get("cached") for e in evals["a"] + evals["c"])
+    assert all(e["cached"] for e in evals["b"])
+    numbers = lambda events: [(e["mean"], e["se"], e["select_mean"]) for e in events]  # noqa: E731
+    assert numbers(evals["a"]) == numbers(evals["b"]) == numbers(evals["c"])
+    for path in sorted((tmp_path / "a" / "eval").iterdir()):
+        twin = tmp_path / "b" / "eval" / path.name
+        assert twin.exists(), twin
+        if path.suffix == ".json":
+            assert json.loads(twin.read_text()) == json.loads(path.read_text())
+
+
 @pytest.mark.slow
 def test_a_run_killed_at_random_points_resumes_to_the_same_ledger_and_archive(tmp_path):
     config = tmp_path / "smoke.yaml"

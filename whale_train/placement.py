@@ -115,16 +115,18 @@ def train_one(
     extra_env: dict[str, str] | None = None,
 ) -> int:
     """``whale train CONFIG --out RUN --resume --no-report`` in a subprocess; its output goes to
-    ``RUN/train.log``. ``--resume`` starts a new run as well and continues an unfinished one. The
+    ``RUN/train.log``. ``--resume`` starts a new run as well and continues an unfinished one. The runs of
+    a grid share one evaluation cache beside them (``--eval-cache RUN/../.eval-cache``). The
     subprocess is killed when the thread that started it dies (a killed ``whale compare``, a lost Ray
     worker): a run left running would go on writing the folder that the next ``--resume`` continues."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "whale_train.cli", "train", str(config_path), "--out", str(run_dir)]
+    cache = run_dir.parent / ".eval-cache"
+    args = ["--out", str(run_dir), "--resume", "--no-report", "--eval-cache", str(cache)]
     with open(run_dir / "train.log", "a", encoding="utf-8") as log:
-        log.write(f"\n$ whale train {config_path} --out {run_dir} --resume --no-report\n")
+        log.write(f"\n$ whale train {config_path} {' '.join(args)}\n")
         log.flush()
         proc = subprocess.run(
-            [*cmd, "--resume", "--no-report"],
+            [sys.executable, "-m", "whale_train.cli", "train", str(config_path), *args],
             env={**_train_env(), **(extra_env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,

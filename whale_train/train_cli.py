@@ -44,6 +44,13 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--no-report", action="store_true", help="do not write report.md and plots at the end")
     p.add_argument(
+        "--eval-cache",
+        default=None,
+        metavar="DIR",
+        help="a folder of evaluations shared with other runs: a test evaluation of the same weights, harness, "
+        "tasks and sample seeds is read from there instead of run again (whale compare's runs share one)",
+    )
+    p.add_argument(
         "--fields",
         action="store_true",
         help="list every config field (dotted) with its type, default and help",
@@ -138,7 +145,14 @@ def cmd_train(args) -> int:
         load_harness_for(config.harness_name, config.env)
         check_model(config.model, config.backend)
         try:
-            run = Run(config, out, resume=args.resume, log=_plain(console), progress=progress_bar)
+            run = Run(
+                config,
+                out,
+                resume=args.resume,
+                log=_plain(console),
+                progress=progress_bar,
+                eval_cache=args.eval_cache,
+            )
         except (FileExistsError, ValueError, ImportError) as exc:
             raise CLIError(str(exc)) from None
         console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")

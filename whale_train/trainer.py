@@ -261,9 +261,14 @@ class Run:
         llm: Any = None,
         log=print,
         progress=None,
+        eval_cache: str | Path | None = None,
     ):
+        from whale_train.eval_cache import EvalCache
+
         self.config = config
         self.dir = Path(run_dir)
+        # evaluations shared with other runs (whale compare's grid): see whale_train.eval_cache
+        self.eval_cache = EvalCache(eval_cache) if eval_cache else None
         self.log = log
         # progress(description, total) -> a context manager yielding advance(); None: no progress shown
         self.progress = progress
@@ -454,6 +459,65 @@ class Run:
 
         env = gym.make(self.config.env, split=e.split, **self.config.env_kwargs).unwrapped
         ids = env.task_ids[: e.limit] if e.limit else env.task_ids
+        out = self.dir / "eval"
+        out.mkdir(exist_ok=True)
+        cache_key = self._eval_cache_key(ids)
+        hit = self.eval_cache.get(cache_key) if cache_key else None
+        if hit is None:
+            result = self._evaluate(version, ids, out / f"{key}.traces.jsonl")
+            if cache_key:
+                self.eval_cache.put(cache_key, result, out / f"{key}.traces.jsonl")
+        else:  # the same weights, harness, tasks and seeds, scored by another run (or an earlier session)
+            result, traces = hit
+            shutil.copyfile(traces, out / f"{key}.traces.jsonl")
+        result.update(model_version=version, harness=self.harness.name)
+        atomic_write_text(out / f"{key}.json", json.dumps(result, indent=1, default=str))
+        self.evaluated.add(key)
+        self._ledger(
+            {
+                "event": "eval",
+                **{k: result[k] for k in ("model_version", "harness", "mean", "se", "k", "tasks")},
+                **{k: result[k] for k in ("select_mean", "select_se") if k in result},
+                **({"cached": True} if hit else {}),
+            }
+        )
+        self.log(
+            f"  test mean@{e.k} = {100 * result['mean']:.1f}% ± {100 * result['se']:.1f} (model v{version}, "
+            f"{self.harness.name}{', cached' if hit else ''})"
+        )
+        for name, err in result["errors"].items():
+            self.log(
+                f"  {name} in {err['episodes']} of {result['episodes']} test episodes; first: {err['first'][:200]}"
+            )
+        return result
+
+    def _eval_cache_key(self, ids: list[str]) -> str | None:
+        """The evaluation cache's key for the current (weights, harness) on ``ids``; None without a cache or
+        when the backend's weights cannot be digested (see :mod:`whale_train.eval_cache`)."""
+        if self.eval_cache is None:
+            return None
+        from whale_train.eval_cache import evaluation_key, weights_digest
+
+        digest = weights_digest(self.llm)
+        if digest is None:
+            return None
+        e, seed = self.config.eval, self.config.seed
+        return evaluation_key(
+            digest,
+            self.harness,
+            env=self.config.env,
+            env_kwargs=self.config.env_kwargs,
+            split=e.split,
+            ids=list(ids),
+            k=e.k,
+            seed=10_000 + seed,
+            concurrency=self.config.concurrency,
+            select=[e.select_limit, e.select_k, 20_000 + seed] if e.select_limit else None,
+        )
+
+    def _evaluate(self, version: int, ids: list[str], traces: Path) -> dict[str, Any]:
+        """Run the evaluation of the current (model, harness) on ``ids``; write its traces to ``traces``."""
+        e = self.config.eval
         rollout = RolloutConfig(
             k=e.k,
             seed=10_000 + self.config.seed,
@@ -480,29 +544,11 @@ class Run:
         }
         from whale_train.cli_common import first_errors
 
-        result.update(model_version=version, harness=self.harness.name, k=e.k, split=e.split)
+        result.update(k=e.k, split=e.split)
         result["errors"] = first_errors(trajs)  # failures in sight: the first message of each kind
         if e.select_limit:
             result.update(self._select_score(version))
-        out = self.dir / "eval"
-        out.mkdir(exist_ok=True)
-        atomic_write_text(out / f"{key}.json", json.dumps(result, indent=1, default=str))
-        write_jsonl(trajs, out / f"{key}.traces.jsonl")
-        self.evaluated.add(key)
-        self._ledger(
-            {
-                "event": "eval",
-                **{k: result[k] for k in ("model_version", "harness", "mean", "se", "k", "tasks")},
-                **{k: result[k] for k in ("select_mean", "select_se") if k in result},
-            }
-        )
-        self.log(
-            f"  test mean@{e.k} = {100 * result['mean']:.1f}% ± {100 * result['se']:.1f} (model v{version}, {self.harness.name})"
-        )
-        for name, err in result["errors"].items():
-            self.log(
-                f"  {name} in {err['episodes']} of {len(trajs)} test episodes; first: {err['first'][:200]}"
-            )
+        write_jsonl(trajs, traces)
         return result
 
     def _select_score(self, version: int) -> dict[str, Any]:

@@ -10,7 +10,8 @@ import yaml
 
 from whale_train import placement
 from whale_train.cli_common import add_command
-from whale_train.compare.plan import CompareConfig, plan, run_state
+from whale_train.compare.plan import CompareConfig, plan
+from whale_train.compare.record import locate
 from whale_train.compare.runner import run_grid
 from whale_train.compare.table import collect, run_numbers
 
@@ -72,6 +73,14 @@ def add_parser(subparsers) -> None:
         "no grid, so a mistyped folder never starts the grid anew (without --resume a rerun also continues)",
     )
     p.add_argument(
+        "--hours",
+        type=float,
+        default=None,
+        metavar="H",
+        help="start no run after H hours (the runs already started finish): one session's share of a grid run "
+        "in parts, ended with no run cut short",
+    )
+    p.add_argument(
         "--domains",
         default=None,
         metavar="NAME,...",
@@ -106,8 +115,14 @@ def cmd_compare(args) -> int:
             raise CLIError(
                 f"--domains: {', '.join(unknown)} not in {args.config} ({', '.join(d.name for d in cfg.domains)})"
             )
-    if args.resume and not (out / "grid.yaml").exists():
-        raise CLIError(f"--resume: {out} holds no grid (no grid.yaml); run without --resume to start it")
+    if args.hours is not None and args.hours <= 0:
+        raise CLIError("--hours must be positive")
+    recorded = cfg.record is not None and any(p.is_dir() for p in cfg.record.glob("*/"))
+    if args.resume and not (out / "grid.yaml").exists() and not recorded:
+        where = f" and {cfg.record} holds no finished run" if cfg.record is not None else ""
+        raise CLIError(
+            f"--resume: {out} holds no grid (no grid.yaml){where}; run without --resume to start it"
+        )
     reference = None
     if args.reference:
         try:
@@ -117,7 +132,7 @@ def cmd_compare(args) -> int:
         except (OSError, ValueError) as exc:
             raise CLIError(f"--reference {args.reference}: {exc}") from None
     if args.dry_run:
-        dry_run(runs, out)
+        dry_run(runs, out, cfg.record)
         return 0
     devices = ray = None
     try:
@@ -135,7 +150,14 @@ def cmd_compare(args) -> int:
                 raise ValueError("--gpus-per-run must be a whole number without --ray")
             devices = placement.DevicePool(placement.visible_devices(args.devices), int(args.gpus_per_run))
         table = run_grid(
-            cfg, out, jobs=args.jobs, reference=reference, devices=devices, ray=ray, domains=only
+            cfg,
+            out,
+            jobs=args.jobs,
+            reference=reference,
+            devices=devices,
+            ray=ray,
+            domains=only,
+            hours=args.hours,
         )
     except (ValueError, RuntimeError, FileExistsError) as exc:
         raise CLIError(str(exc)) from None
@@ -157,12 +179,15 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def dry_run(runs, out: Path) -> None:
+def dry_run(runs, out: Path, record: Path | None = None) -> None:
     """Each run's state; a finished one with its three test numbers (so a grid run in parts shows its
-    results so far). Reads only: safe beside a running grid."""
-    finished = collect(runs, out)
+    results so far), marked ``(record)`` when it is read from the grid's record. Reads only: safe beside a
+    running grid."""
+    finished = collect(runs, out, record)
     for r in runs:
-        state = run_state(out / "runs" / r.config.name, r.config)
+        state, where = locate(out, record, r.config)
+        if state == "done" and where != out / "runs" / r.config.name:
+            state = "done (record)"
         same = "" if r.config.name == r.id else f" = {r.config.name}"
         line = f"{r.id}{same}: {state} (budget {r.budget}, unit <= {r.max_unit})"
         if r.config.name in finished:

@@ -59,6 +59,7 @@ class CompareConfig:
     source: dict[str, Any] = field(default_factory=dict)  # as read (with --set), for grid.yaml
     command_line: dict[str, Any] = field(default_factory=dict)  # ``--set``: applied last
     keep_checkpoints: str = "all"  # "evaluated": a finished run keeps only the model versions evaluated
+    record: Path | None = None  # finished runs' small files, to commit (whale_train.compare.record)
 
     @classmethod
     def load(cls, path: str | Path, sets: Sequence[str] = ()) -> CompareConfig:
@@ -66,7 +67,7 @@ class CompareConfig:
         if not path.exists():
             raise FileNotFoundError(f"no compare config {path}")
         data = yaml.safe_load(path.read_text()) or {}
-        known = {"name", "domains", "methods", "seeds", "set", "ablation", "keep_checkpoints"}
+        known = {"name", "domains", "methods", "seeds", "set", "ablation", "keep_checkpoints", "record"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown compare key(s) {unknown}; known: {sorted(known)}")
@@ -102,9 +103,23 @@ class CompareConfig:
         keep = str(data.get("keep_checkpoints", "all"))
         if keep not in KEEP_CHECKPOINTS:
             raise ValueError(f"keep_checkpoints: {keep!r} is not one of {', '.join(KEEP_CHECKPOINTS)}")
+        record = data.get("record")
+        if record is not None and (not isinstance(record, str) or not record.strip()):
+            raise ValueError(f"record: {record!r} is not a folder path")
         source = {**data, **({"command_line_set": command_line} if command_line else {})}
         name = str(data.get("name") or path.stem)
-        return cls(name, domains, methods, seeds, overrides, ablation, source, command_line, keep)
+        return cls(
+            name,
+            domains,
+            methods,
+            seeds,
+            overrides,
+            ablation,
+            source,
+            command_line,
+            keep,
+            Path(record) if record else None,  # relative to the working directory, like --out
+        )
 
 
 def _find(name: str, here: Path) -> Path:

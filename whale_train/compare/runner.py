@@ -15,8 +15,9 @@ import yaml
 
 from whale_train import placement
 from whale_train.compare.markdown import to_markdown
-from whale_train.compare.plan import CompareConfig, plan, prune_checkpoints, run_state
+from whale_train.compare.plan import CompareConfig, plan, prune_checkpoints
 from whale_train.compare.plots import plot_ablation, plot_accuracy
+from whale_train.compare.record import export_run, locate, sync
 from whale_train.compare.table import build_table, reproduction
 from whale_train.files import hold_folder, release_folder
 from whale_train.placement import train_one
@@ -33,6 +34,7 @@ def run_grid(
     devices: placement.DevicePool | None = None,
     ray: placement.RayPlacement | None = None,
     domains: Sequence[str] | None = None,
+    hours: float | None = None,
 ) -> dict[str, Any]:
     """Run (or continue) every unfinished run of the grid, then write the table and plots. Returns the
     table (``compare.json``) with ``invocation``: what this call ran, skipped and failed, and, given a
@@ -42,12 +44,17 @@ def run_grid(
     ``train`` is called with a third argument, ``{"CUDA_VISIBLE_DEVICES": ...}``; with ``ray``, every
     run is submitted at once as a Ray task (``train`` is not used) and Ray places them. With ``domains``,
     only the runs of those domains are run (a grid run in parts, a domain at a time); the table is always
-    built from every finished run."""
+    built from every finished run. With ``hours``, no run starts once that many hours have passed (the
+    runs already started finish): a session's share of a grid run in parts ends with no run cut short.
+
+    With ``cfg.record`` (see :mod:`whale_train.compare.record`), every finished run is also copied there
+    (and any finished in ``out`` but missing there, first), and a run finished there counts as finished."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = plan(cfg)
     unique = {r.config.name: r for r in reversed(runs)}  # the first spec of each distinct config
-    states = {name: run_state(out / "runs" / name, r.config) for name, r in unique.items()}
+    located = {name: locate(out, cfg.record, r.config) for name, r in unique.items()}
+    states = {name: state for name, (state, _) in located.items()}
     stale = sorted(n for n, s in states.items() if s == "stale")
     if stale:
         raise ValueError(
@@ -72,19 +79,30 @@ def run_grid(
         skipped = sorted(n for n, s in states.items() if s == "done")
         if cfg.keep_checkpoints == "evaluated":
             for name in skipped:
-                prune_checkpoints(out / "runs" / name)
+                if located[name][1] == out / "runs" / name:  # not a run read from the record
+                    prune_checkpoints(out / "runs" / name)
+        if cfg.record is not None:
+            added = sync(out, cfg.record, [unique[n].config for n in skipped])
+            if added:
+                log(f"recorded {len(added)} finished run(s) in {cfg.record}: {', '.join(added)}")
         log(
             f"{len(unique)} runs: {len(skipped)} finished, "
             f"{sum(states[n] == 'partial' for n in todo)} to continue, {sum(states[n] == 'new' for n in todo)} to start"
             f" ({jobs} at a time)"
         )
         started = time.monotonic()
+        deadline = None if hours is None else started + 3600 * hours
         failed: list[str] = []
+        postponed: list[str] = []
         done = [0]
         lock = threading.Lock()
 
         def work(name: str) -> None:
             t0 = time.monotonic()
+            if deadline is not None and t0 >= deadline:
+                with lock:
+                    postponed.append(name)
+                return
             log(f"  start {name} ({states[name]})")
             config_path, run_dir = out / "configs" / f"{name}.yaml", out / "runs" / name
             if ray is not None:
@@ -98,6 +116,8 @@ def run_grid(
                 rc = train(config_path, run_dir)
             if rc == 0 and cfg.keep_checkpoints == "evaluated":
                 prune_checkpoints(run_dir)
+            if rc == 0 and cfg.record is not None:
+                export_run(run_dir, cfg.record)
             with lock:
                 done[0] += 1
                 if rc != 0:
@@ -112,12 +132,17 @@ def run_grid(
                 jobs = min(jobs, devices.slots)
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
                 list(pool.map(work, todo))
+        if postponed:
+            log(
+                f"--hours {hours:g} reached: {len(postponed)} run(s) not started; rerun with --resume for them"
+            )
         wall = time.monotonic() - started
         table = build_table(cfg, runs, out)
         table["invocation"] = {
             "ran": todo,
             "skipped": skipped,
             "failed": sorted(failed),
+            "postponed": postponed,
             "jobs": jobs,
             "wall_seconds": round(wall, 1),
         }

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from whale_train.compare.plan import REFERENCE, WHALE, CompareConfig, RunSpec, run_state
+from whale_train.compare.plan import REFERENCE, WHALE, CompareConfig, RunSpec
+from whale_train.compare.record import locate
 from whale_train.compare.stats import mean_sd, paired_ci, rollouts_to_reach
 from whale_train.compare.verdict import verdicts
 from whale_train.report import run_summary
@@ -95,13 +96,16 @@ def run_numbers(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def collect(runs: Sequence[RunSpec], out: Path) -> dict[str, dict[str, Any]]:
-    """The summary of every finished run, by run name (``report.run_summary`` plus wall time)."""
+def collect(runs: Sequence[RunSpec], out: Path, record: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The summary of every finished run, by run name (``report.run_summary`` plus wall time), from its
+    folder in ``out`` or, where it finished only there, from the grid's ``record``."""
     found = {}
     for r in runs:
         name = r.config.name
-        run_dir = out / "runs" / name
-        if name in found or run_state(run_dir, r.config) != "done":
+        if name in found:
+            continue
+        state, run_dir = locate(out, record, r.config)
+        if state != "done":
             continue
         s = run_summary(run_dir)
         found[name] = {**s, "wall_seconds": round(_elapsed(run_dir, s), 1)}
@@ -109,7 +113,7 @@ def collect(runs: Sequence[RunSpec], out: Path) -> dict[str, dict[str, Any]]:
 
 
 def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[str, Any]:
-    summaries = collect(runs, out)
+    summaries = collect(runs, out, cfg.record)
     grid = [r for r in runs if r.point is None]
     table: dict[str, Any] = {
         "name": cfg.name,
