@@ -36,7 +36,8 @@ by Ray and resumes. See :mod:`whale_train.placement`.
 
 The package, one concern a module: :mod:`.stats` (mean ± SD, t-intervals, paired differences, the Holm
 correction), :mod:`.plan` (the compare config and the grid of runs), :mod:`.runner` (subprocess runs,
-resume), :mod:`.table` (``compare.json`` from the ledgers), :mod:`.verdict` (the claims and their
+resume), :mod:`.record` (finished runs' small files, committed, from which a grid continues on a fresh
+machine), :mod:`.table` (``compare.json`` from the ledgers), :mod:`.verdict` (the claims and their
 verdicts), :mod:`.markdown` (``compare.md``), :mod:`.plots`, :mod:`.cli` (``whale compare``).
 """
 
