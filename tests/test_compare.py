@@ -600,6 +600,8 @@ def test_a_grid_continues_from_its_record_alone_on_a_fresh_machine(tmp_path, cap
     shutil.rmtree(out)
     assert main(["compare", str(path), "--out", str(out), "--resume", "--hours", "1e-9"]) == 0
     assert (out / "compare.json").exists()
+    assert main(["compare", str(path), "--out", str(out), "--hours", "0"]) == 2
+    assert "--hours must be positive" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------ the smoke grid
