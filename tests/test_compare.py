@@ -602,6 +602,12 @@ def test_a_grid_continues_from_its_record_alone_on_a_fresh_machine(tmp_path, cap
     assert (out / "compare.json").exists()
     assert main(["compare", str(path), "--out", str(out), "--hours", "0"]) == 2
     assert "--hours must be positive" in capsys.readouterr().err
+    # another grid given the same record (runs of the same names): refused, the record untouched
+    kept = (record / "math-whale-s0" / "ledger.jsonl").read_bytes()
+    other = CompareConfig.load(path, ["budget_rollouts=50"])
+    with pytest.raises(ValueError, match="a record belongs to one grid"):
+        run_grid(other, tmp_path / "other", log=lambda _line: None, train=train)
+    assert (record / "math-whale-s0" / "ledger.jsonl").read_bytes() == kept
 
 
 # ------------------------------------------------------------------------------------------ the smoke grid
@@ -766,6 +772,7 @@ def test_a_killed_decisive_grid_resumes_without_redoing_finished_runs(tmp_path):
     data = yaml.safe_load(DECISIVE.read_text())
     data["seeds"] = [0]
     data.pop("ablation")
+    data["record"] = str(tmp_path / "record")  # never the decisive grid's own record (runs of the same names)
     del data["domains"]["chess"]
     for d in data["domains"].values():
         d["config"] = str(ROOT / d["config"])
@@ -821,6 +828,11 @@ def test_a_killed_decisive_grid_resumes_without_redoing_finished_runs(tmp_path):
     assert not set(table["invocation"]["ran"]) & set(finished)
     assert {n: (out / "runs" / n / "ledger.jsonl").read_bytes() for n in finished} == before
     assert table["finished_runs"] == 10 and all(r["finished"] for r in table["runs"].values())
+    recorded = sorted(p.parent.name for p in (tmp_path / "record").glob("*/ledger.jsonl"))
+    assert recorded == sorted(
+        table["runs"]
+    )  # the finished ones recorded at the start, the rest as they ended
+    assert all((tmp_path / "record" / n / "ledger.jsonl").read_bytes() == b for n, b in before.items())
     for run_id, r in table["runs"].items():
         assert None not in (r["best_mean"], r["final"], r["selected"]), run_id
         assert r["final"] <= r["best_mean"] and r["selected"] <= r["best_mean"]

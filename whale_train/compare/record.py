@@ -20,6 +20,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import yaml
+
 from whale_train.compare.plan import run_state
 from whale_train.trainer import TrainConfig
 
@@ -29,7 +31,14 @@ RECORD_FILES = ("config.yaml", "ledger.jsonl", "state.json")
 
 def export_run(run_dir: Path, record: Path) -> Path:
     """Copy the record files of the finished run in ``run_dir`` to ``record/<run>/``: into a temporary
-    folder first, renamed into place, so a record folder is whole or absent."""
+    folder first, renamed into place, so a record folder is whole or absent. A record of the same name
+    holding another config is never replaced: ValueError (a record belongs to one grid)."""
+    target = record / run_dir.name
+    kept = target / "config.yaml"
+    if kept.exists() and kept.read_bytes() != (run_dir / "config.yaml").read_bytes():
+        config = TrainConfig.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+        if run_state(target, config) == "stale":
+            raise ValueError(f"{target} records a run of another config; a record belongs to one grid")
     target = record / run_dir.name
     tmp = record / f".{run_dir.name}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -41,6 +50,11 @@ def export_run(run_dir: Path, record: Path) -> Path:
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     return target
+
+
+def stale(record: Path, configs: list[TrainConfig]) -> list[str]:
+    """The runs of ``configs`` whose record folder holds a run of another config."""
+    return sorted(c.name for c in configs if run_state(record / c.name, c) == "stale")
 
 
 def locate(out: Path, record: Path | None, config: TrainConfig) -> tuple[str, Path]:

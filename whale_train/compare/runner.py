@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from whale_train import placement
+from whale_train.compare import record
 from whale_train.compare.markdown import to_markdown
 from whale_train.compare.plan import CompareConfig, plan, prune_checkpoints
 from whale_train.compare.plots import plot_ablation, plot_accuracy
@@ -59,6 +60,11 @@ def run_grid(
     if stale:
         raise ValueError(
             f"{out}/runs holds runs of another config: {', '.join(stale)}; remove them or choose another --out"
+        )
+    if cfg.record is not None and (other := record.stale(cfg.record, [r.config for r in unique.values()])):
+        raise ValueError(
+            f"the record {cfg.record} holds runs of another config: {', '.join(other)}; a record belongs to one "
+            "grid (give this one a record of its own)"
         )
     hold_folder(out, ".compare.lock", "whale compare")
     try:
