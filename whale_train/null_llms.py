@@ -19,6 +19,7 @@ reproducible however the calls are batched.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import re
 
@@ -115,7 +116,8 @@ class PermutedReal(_Base):
     """The real model, asked about a shuffled version of each prompt."""
 
     def __init__(self, llm, seed: int = 0):
-        super().__init__(seed, f"permuted-{getattr(llm, 'name', 'model')}")
+        # the model's folder name, not its path: the name lands in check_harness's messages and the ledgers
+        super().__init__(seed, f"permuted-{os.path.basename(str(getattr(llm, 'name', 'model')).rstrip('/'))}")
         self.llm = llm
         self.has_chat_template = bool(getattr(llm, "has_chat_template", False))
 
