@@ -34,12 +34,9 @@ def export_run(run_dir: Path, record: Path) -> Path:
     folder first, renamed into place, so a record folder is whole or absent. A record of the same name
     holding another config is never replaced: ValueError (a record belongs to one grid)."""
     target = record / run_dir.name
-    kept = target / "config.yaml"
-    if kept.exists() and kept.read_bytes() != (run_dir / "config.yaml").read_bytes():
-        config = TrainConfig.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
-        if run_state(target, config) == "stale":
-            raise ValueError(f"{target} records a run of another config; a record belongs to one grid")
-    target = record / run_dir.name
+    config = TrainConfig.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    if run_state(target, config) == "stale":
+        raise ValueError(f"{target} records a run of another config; a record belongs to one grid")
     tmp = record / f".{run_dir.name}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "eval").mkdir(parents=True)
@@ -52,7 +49,7 @@ def export_run(run_dir: Path, record: Path) -> Path:
     return target
 
 
-def stale(record: Path, configs: list[TrainConfig]) -> list[str]:
+def stale_records(record: Path, configs: list[TrainConfig]) -> list[str]:
     """The runs of ``configs`` whose record folder holds a run of another config."""
     return sorted(c.name for c in configs if run_state(record / c.name, c) == "stale")
 

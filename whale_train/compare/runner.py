@@ -14,11 +14,10 @@ from typing import Any
 import yaml
 
 from whale_train import placement
-from whale_train.compare import record
 from whale_train.compare.markdown import to_markdown
 from whale_train.compare.plan import CompareConfig, plan, prune_checkpoints
 from whale_train.compare.plots import plot_ablation, plot_accuracy
-from whale_train.compare.record import export_run, locate, sync
+from whale_train.compare.record import export_run, locate, stale_records, sync
 from whale_train.compare.table import build_table, reproduction
 from whale_train.files import hold_folder, release_folder
 from whale_train.placement import train_one
@@ -61,7 +60,7 @@ def run_grid(
         raise ValueError(
             f"{out}/runs holds runs of another config: {', '.join(stale)}; remove them or choose another --out"
         )
-    if cfg.record is not None and (other := record.stale(cfg.record, [r.config for r in unique.values()])):
+    if cfg.record is not None and (other := stale_records(cfg.record, [r.config for r in unique.values()])):
         raise ValueError(
             f"the record {cfg.record} holds runs of another config: {', '.join(other)}; a record belongs to one "
             "grid (give this one a record of its own)"
