@@ -286,7 +286,7 @@ def test_table_from_hand_made_ledgers(tmp_path):
     # verdicts on the numbers the runs have (best, final), none on the selected one (no harness scores)
     assert "## Verdicts" in md and "On the **best** number" in md and "On the **selected** number" not in md
     assert "| 1 | math | whale − weight-only (points) |" in md
-    assert "| method | RSFT steps | weight gain (points) |" in md
+    assert "| method | RSFT steps | test gain: RSFT only (points) |" in md
     for png in ("accuracy_math.png", "ablation.png"):
         assert (out / "plots" / png).stat().st_size > 1000
 
@@ -329,6 +329,7 @@ def _verdict_table(diffs: dict[str, list[float]], seeds: int = 5) -> dict:
             "reach": 100,
             "weight_gain": 0.0,
             "harness_gain": 0.0,
+            "search_gain": 0.0,
         }
         for s, v in enumerate(values)
     }
@@ -414,26 +415,44 @@ def test_reproduction_against_a_reference_table():
     assert [c["within"] for c in rep["cells"]] == [False, False] and rep["within"] == 0
 
 
-def test_operator_gains_credit_each_evaluation_to_the_unit_before_it():
-    def iteration(accepted, statuses):
-        candidates = [{"id": f"c{i}", "status": st} for i, st in enumerate(statuses)]
-        return {"kind": "iteration", "accepted": accepted, "candidates": candidates}
+def test_operator_gains_credit_each_interval_to_the_operators_that_ran_in_it():
+    def iteration(accepted, statuses, means, incumbent="h0"):
+        candidates = [
+            {"id": f"c{i}", "status": st, "mean": m}
+            for i, (st, m) in enumerate(zip(statuses, means, strict=True))
+        ]
+        return {"kind": "iteration", "accepted": accepted, "incumbent": incumbent, "candidates": candidates}
+
+    def rescore(mean, incumbent="h0"):
+        return {
+            "kind": "rescore",
+            "accepted": False,
+            "incumbent": incumbent,
+            "candidates": [{"id": incumbent, "mean": mean}],
+        }
 
     units = [
         {"unit": 0, "phase": "weight"},
         {"unit": 1, "phase": "weight"},
-        {"unit": 2, "phase": "harness", "signals": {"kind": "rescore", "accepted": False}},
-        {"unit": 3, "phase": "harness", "signals": iteration(False, ["invalid", "valid"])},
-        {"unit": 4, "phase": "harness", "signals": iteration(True, ["valid", "valid"])},
+        {"unit": 2, "phase": "harness", "signals": rescore(0.3)},
+        {"unit": 3, "phase": "harness", "signals": iteration(False, ["invalid", "valid"], [None, 0.25])},
+        {"unit": 4, "phase": "harness", "signals": iteration(True, ["valid", "valid"], [0.1, 0.5], "c1")},
         {"unit": 5, "phase": "weight"},
+        {"unit": 6, "phase": "harness", "signals": rescore(0.55, "c1")},
+        {"unit": 7, "phase": "harness", "signals": iteration(False, ["valid", "valid"], [0.6, 0.2], "c1")},
     ]
-    evals = [(0, 0.2), (1, 0.3), (2, 0.25), (5, 0.6), (6, 0.55)]  # (unit, mean): after units 0, 1, 4, 5
+    # (unit, mean): evaluated before units 0, 1, 2, 5 and after the last; the last interval runs units 5-7
+    evals = [(0, 0.2), (1, 0.3), (2, 0.25), (5, 0.6), (8, 0.55)]
     gains = operator_gains({"units": units, "evals": [{"unit": u, "mean": m} for u, m in evals]})
-    assert gains["weight_gain"] == pytest.approx(0.1 - 0.05 - 0.05)
+    assert gains["weight_gain"] == pytest.approx(0.1 - 0.05)
     assert gains["harness_gain"] == pytest.approx(0.35)
-    assert gains["weight_gain"] + gains["harness_gain"] == pytest.approx(0.55 - 0.2)
-    assert (gains["weight_steps"], gains["harness_iterations"], gains["candidates"]) == (3, 2, 4)
+    assert gains["both_gain"] == pytest.approx(-0.05)
+    assert gains["weight_gain"] + gains["harness_gain"] + gains["both_gain"] == pytest.approx(0.55 - 0.2)
+    # the search's own measure: 0.3 -> 0.5 in the first phase (the better unaccepted 0.6 counts for nothing)
+    assert gains["search_gain"] == pytest.approx(0.2)
+    assert (gains["weight_steps"], gains["harness_iterations"], gains["candidates"]) == (3, 3, 6)
     assert (gains["invalid"], gains["accepted"]) == (1, 1)
+    assert operator_gains({"units": units[:2], "evals": []})["search_gain"] is None
 
 
 def test_run_grid_trains_only_unfinished_runs_and_refuses_a_stale_folder(tmp_path):

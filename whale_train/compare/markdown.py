@@ -110,19 +110,24 @@ def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
         if ops:
             lines += [
                 "",
-                "Where the accuracy moved (mean over seeds): the change of test mean@k credited to the "
-                "operator whose unit preceded each evaluation (weight + harness = final − start), and "
-                "what each operator did.",
+                "Where the accuracy moved (mean over seeds). On test: the change of test mean@k from one "
+                "evaluation to the next, credited to the operator whose units ran in between, or to both "
+                "(weight + harness + both = final − start). On D_harness: the gain the harness search "
+                "measured itself, the incumbent's score at the end of each harness phase minus its rescore "
+                "at the start, under the same weights (— without a harness phase).",
                 "",
-                "| method | RSFT steps | weight gain (points) | harness iterations | candidates | "
-                "rejected by check_harness | accepted | harness gain (points) |",
-                "|---|---|---|---|---|---|---|---|",
+                "| method | RSFT steps | test gain: RSFT only (points) | harness iterations | candidates | "
+                "rejected by check_harness | accepted | test gain: harness only (points) | "
+                "test gain: both (points) | search gain on D_harness (points) |",
+                "|---|---|---|---|---|---|---|---|---|---|",
             ]
             for method, o in ops.items():
+                search = "—" if o.get("search_gain") is None else f"{100 * o['search_gain']:+.1f}"
                 lines.append(
                     f"| {method} | {o['weight_steps']:.1f} | {100 * o['weight_gain']:+.1f} | "
                     f"{o['harness_iterations']:.1f} | {o['candidates']:.1f} | {o['invalid']:.1f} | "
-                    f"{o['accepted']:.1f} | {100 * o['harness_gain']:+.1f} |"
+                    f"{o['accepted']:.1f} | {100 * o['harness_gain']:+.1f} | {100 * o['both_gain']:+.1f} | "
+                    f"{search} |"
                 )
         if name in plots:
             lines += ["", f"![accuracy vs rollouts: {name}]({plots[name]})"]

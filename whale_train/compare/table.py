@@ -22,19 +22,46 @@ def _elapsed(run_dir: Path, summary: dict[str, Any]) -> float:
         return float(summary["seconds"])
 
 
+def search_gain(units: Sequence[dict[str, Any]]) -> float | None:
+    """What the harness search itself measured: over every harness phase, the incumbent's ``D_harness``
+    score at the phase's end minus its rescore at the phase's start, summed, as a fraction. Both scores are
+    under the same weights (no RSFT step runs inside a harness phase) and on the same ``D_harness`` tasks,
+    so no weight update enters it. An accepted iteration's incumbent score is the accepted candidate's
+    mean. None when the run has no harness phase that starts with a rescore."""
+    total, seen = 0.0, False
+    start = score = None
+    for u in list(units) + [{"phase": None}]:
+        signals = u.get("signals") or {}
+        if u["phase"] == "harness" and signals.get("kind") == "rescore":
+            if start is not None:  # a rescore inside a phase: the phase before it ended
+                total += score - start
+            start = score = signals["candidates"][0]["mean"]
+            seen = True
+        elif u["phase"] == "harness" and start is not None and signals.get("accepted"):
+            score = next(c["mean"] for c in signals["candidates"] if c["id"] == signals["incumbent"])
+        elif u["phase"] != "harness" and start is not None:
+            total += score - start
+            start = score = None
+    return total if seen else None
+
+
 def operator_gains(summary: dict[str, Any]) -> dict[str, Any]:
-    """Which operator moved a run's test accuracy, from its ledger: the change of test mean@k from one
-    evaluation to the next, credited to the phase of the unit just before it (``weight_gain``,
-    ``harness_gain``; they sum to the final minus the first evaluation), with the work each operator
-    did: RSFT steps, harness iterations, candidates proposed, rejected before scoring (``invalid``:
-    check_harness refused them) and accepted."""
+    """Which operator moved a run's accuracy, from its ledger.
+
+    On test: the change of test mean@k from one evaluation to the next, credited to the operator whose
+    units ran in between (``weight_gain``, ``harness_gain``), or to ``both_gain`` when units of both ran
+    there (whale's cycles are shorter than the evaluation interval, so most of its intervals are mixed);
+    the three sum to the final minus the first evaluation. On ``D_harness``: ``search_gain``
+    (:func:`search_gain`), the harness search's own paired measure, free of weight updates. With the work
+    each operator did: RSFT steps, harness iterations, candidates proposed, rejected before scoring
+    (``invalid``: check_harness refused them) and accepted."""
     phase_of = {u["unit"]: u["phase"] for u in summary["units"]}
-    gains = {"weight": 0.0, "harness": 0.0}
+    gains = {"weight": 0.0, "harness": 0.0, "both": 0.0}
     evals = summary["evals"]
     for before, after in zip(evals, evals[1:], strict=False):
-        phase = phase_of.get(after["unit"] - 1)
-        if phase in gains:
-            gains[phase] += after["mean"] - before["mean"]
+        phases = {phase_of.get(u) for u in range(before["unit"], after["unit"])} & {"weight", "harness"}
+        if phases:
+            gains[phases.pop() if len(phases) == 1 else "both"] += after["mean"] - before["mean"]
     iterations = [
         u["signals"]
         for u in summary["units"]
@@ -49,6 +76,8 @@ def operator_gains(summary: dict[str, Any]) -> dict[str, Any]:
         "invalid": sum(c.get("status") != "valid" for c in candidates),
         "accepted": sum(bool(sig.get("accepted")) for sig in iterations),
         "harness_gain": gains["harness"],
+        "both_gain": gains["both"],
+        "search_gain": search_gain(summary["units"]),
     }
 
 
@@ -180,7 +209,10 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
                 "rollouts": [s["rollouts"] for _, s in cell],
                 **reach,
                 "wall_seconds": round(sum(s["wall_seconds"] for _, s in cell), 1),
-                "operators": {key: mean_sd([o[key] for o in ops])[0] for key in ops[0]} if ops else {},
+                # None (no harness phase: search_gain of weight-only) is left out of a mean
+                "operators": {key: mean_sd([o[key] for o in ops if o[key] is not None])[0] for key in ops[0]}
+                if ops
+                else {},
                 # what the verdicts pair by seed: the three numbers, rollouts to reach weight-only's peak
                 # (None: not reached), where the run's own peak was, and each operator's gain
                 "per_seed": {
@@ -190,6 +222,7 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
                         "reach": x,
                         "weight_gain": o["weight_gain"],
                         "harness_gain": o["harness_gain"],
+                        "search_gain": o["search_gain"],
                     }
                     for (r, _), n, x, o in zip(cell, numbers, reach["reach"], ops, strict=True)
                 },
