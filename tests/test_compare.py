@@ -619,8 +619,20 @@ def test_a_grid_continues_from_its_record_alone_on_a_fresh_machine(tmp_path, cap
     shutil.rmtree(out)
     assert main(["compare", str(path), "--out", str(out), "--resume", "--hours", "1e-9"]) == 0
     assert (out / "compare.json").exists()
-    assert main(["compare", str(path), "--out", str(out), "--hours", "0"]) == 2
-    assert "--hours must be positive" in capsys.readouterr().err
+    # --hours 0 starts nothing: only the table, here of the recorded runs
+    (out / "compare.json").unlink()
+    assert main(["compare", str(path), "--out", str(out), "--hours", "0"]) == 0
+    assert json.loads((out / "compare.json").read_text())["finished_runs"] == 2 and calls == [
+        "math-weight-only-s0"
+    ]
+    assert main(["compare", str(path), "--out", str(out), "--hours", "-1"]) == 2
+    assert "--hours must be 0 or more" in capsys.readouterr().err
+    # a reproduction: one seed from nothing, the record neither read nor written
+    repro = tmp_path / "repro"
+    assert main(["compare", str(path), "--out", str(repro), "--seeds", "0", "--no-record", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "0 of 2 runs finished"
+    assert main(["compare", str(path), "--out", str(out), "--seeds", "3"]) == 2
+    assert "--seeds 3: seed(s) [3] not in the config (seeds: [0])" in capsys.readouterr().err
     # another grid given the same record (runs of the same names): refused, the record untouched
     kept = (record / "math-whale-s0" / "ledger.jsonl").read_bytes()
     other = CompareConfig.load(path, ["budget_rollouts=50"])
@@ -756,6 +768,10 @@ def test_the_decisive_grid_implements_its_design():
     assert len(cfg.seeds) >= 5 and cfg.methods == METHODS5
     assert {d.name for d in cfg.domains} == {"math", "chess", "search"}
     assert len({r.config.name for r in runs}) == 3 * 5 * 5 + 3 * 5
+    # the reproduction's subset: one seed of every cell, the ablation's included, the same run configs
+    one = {r.config.name: r.config for r in plan(cfg.only_seeds([0]))}
+    assert len(one) == 3 * 5 + 3 and all(c.seed == 0 for c in one.values())
+    assert all(one[r.config.name] == r.config for r in runs if r.seed == 0)
     for domain in ("math", "search"):  # chess positions take long to generate: its sizes are in the doc
         spec = next(r for r in runs if r.domain == domain and r.method == "whale" and r.point is None)
         c = spec.config

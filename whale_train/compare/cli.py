@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -78,7 +79,7 @@ def add_parser(subparsers) -> None:
         default=None,
         metavar="H",
         help="start no run after H hours (the runs already started finish): one session's share of a grid run "
-        "in parts, ended with no run cut short",
+        "in parts, ended with no run cut short; 0 starts nothing and only writes the table of the finished runs",
     )
     p.add_argument(
         "--domains",
@@ -86,6 +87,19 @@ def add_parser(subparsers) -> None:
         metavar="NAME,...",
         help="run only the runs of these domains of the config (a grid run in parts); the table still has every "
         "finished run",
+    )
+    p.add_argument(
+        "--seeds",
+        default=None,
+        metavar="S,...",
+        help="keep only these seeds of the config (and of its ablation): a subset of the grid, e.g. the one "
+        "seed of every cell a reproduction reruns; the table has only these seeds",
+    )
+    p.add_argument(
+        "--no-record",
+        action="store_true",
+        help="neither read nor write the config's record of finished runs: the grid from nothing in --out, "
+        "e.g. a reproduction (with the record, its finished runs count as done)",
     )
     p.add_argument(
         "--dry-run",
@@ -101,6 +115,16 @@ def cmd_compare(args) -> int:
 
     try:
         cfg = CompareConfig.load(args.config, args.overrides)
+        if args.no_record:
+            cfg = dataclasses.replace(cfg, record=None)
+    except (ValueError, FileNotFoundError, yaml.YAMLError) as exc:
+        raise CLIError(f"bad compare config: {exc}") from None
+    if args.seeds:
+        try:
+            cfg = cfg.only_seeds([int(s) for s in args.seeds.split(",") if s.strip()])
+        except ValueError as exc:
+            raise CLIError(f"--seeds {args.seeds}: {exc}") from None
+    try:
         runs = plan(cfg)
     except (ValueError, FileNotFoundError, yaml.YAMLError) as exc:
         raise CLIError(f"bad compare config: {exc}") from None
@@ -115,8 +139,8 @@ def cmd_compare(args) -> int:
             raise CLIError(
                 f"--domains: {', '.join(unknown)} not in {args.config} ({', '.join(d.name for d in cfg.domains)})"
             )
-    if args.hours is not None and args.hours <= 0:
-        raise CLIError("--hours must be positive")
+    if args.hours is not None and args.hours < 0:
+        raise CLIError("--hours must be 0 or more")
     recorded = cfg.record is not None and any(p.is_dir() for p in cfg.record.glob("*/"))
     if args.resume and not (out / "grid.yaml").exists() and not recorded:
         where = f" and {cfg.record} holds no finished run" if cfg.record is not None else ""

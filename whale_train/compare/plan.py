@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,23 @@ class CompareConfig:
             command_line,
             keep,
             Path(record) if record else None,  # relative to the working directory, like --out
+        )
+
+    def only_seeds(self, seeds: Sequence[int]) -> CompareConfig:
+        """This grid with only ``seeds`` (the ablation's too): a subset of it, such as the one seed of every
+        cell that a reproduction reruns. A seed the config does not have is an error."""
+        unknown = sorted(set(seeds) - set(self.seeds) - set((self.ablation or {}).get("seeds", [])))
+        if unknown:
+            raise ValueError(f"seed(s) {unknown} not in the config (seeds: {self.seeds})")
+        ablation = self.ablation and {
+            **self.ablation,
+            "seeds": [s for s in self.ablation["seeds"] if s in seeds],
+        }
+        return replace(
+            self,
+            seeds=[s for s in self.seeds if s in seeds],
+            ablation=ablation,
+            source={**self.source, "command_line_seeds": list(seeds)},
         )
 
 
