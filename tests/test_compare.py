@@ -594,6 +594,11 @@ def test_a_grid_continues_from_its_record_alone_on_a_fresh_machine(tmp_path, cap
     # the first session: the run finished before the record existed is recorded; the other is postponed
     first = run_grid(cfg, out, log=lambda _line: None, train=train, hours=1e-9)
     assert calls == [] and first["invocation"]["postponed"] == ["math-weight-only-s0"]
+    assert first["invocation"]["ran"] == []  # a postponed run was not run
+    assert (
+        "(this invocation ran nothing: --hours reached; 1 left for a later --resume)"
+        in (out / "compare.md").read_text()
+    )
     kept = record / "math-whale-s0"
     assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [
         "config.yaml",

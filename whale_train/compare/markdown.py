@@ -31,9 +31,14 @@ def _reach_text(cell: dict[str, Any]) -> str:
 def _invocation_text(inv: dict[str, Any]) -> str:
     if not inv:
         return ""
+    later = f"; {len(inv['postponed'])} left for a later --resume" if inv.get("postponed") else ""
     if not inv["ran"]:
-        return " (this invocation ran nothing: every run had finished)"
-    return f" (this invocation: {len(inv['ran'])} runs, {_minutes(inv['wall_seconds'])} wall with {inv['jobs']} jobs)"
+        why = "--hours reached" if inv.get("postponed") else "every run had finished"
+        return f" (this invocation ran nothing: {why}{later})"
+    return (
+        f" (this invocation: {len(inv['ran'])} runs, {_minutes(inv['wall_seconds'])} wall with {inv['jobs']} jobs"
+        f"{later})"
+    )
 
 
 def _mean_sd_text(cell: dict[str, Any], metric: str) -> str:

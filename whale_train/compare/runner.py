@@ -144,7 +144,7 @@ def run_grid(
         wall = time.monotonic() - started
         table = build_table(cfg, runs, out)
         table["invocation"] = {
-            "ran": todo,
+            "ran": [n for n in todo if n not in postponed],
             "skipped": skipped,
             "failed": sorted(failed),
             "postponed": postponed,
