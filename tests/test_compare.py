@@ -413,6 +413,13 @@ def test_reproduction_against_a_reference_table():
     table["domains"]["math"]["methods"]["fst"] = _cell([0], [0.31])
     rep = reproduction(table, reference)
     assert [c["within"] for c in rep["cells"]] == [False, False] and rep["within"] == 0
+    # a reproduction of one seed of three: held against that seed's reference (0.7), not the mean (0.6)
+    table["domains"]["math"]["methods"]["whale"] = _cell([1], [0.7])
+    whale = reproduction(table, reference)["cells"][0]
+    assert whale["reference_seeds"] == [1] and whale["reference_mean"] == pytest.approx(0.7)
+    assert whale["diff"] == pytest.approx(0.0) and whale["within"] and whale["identical_seeds"] == 1
+    table["domains"]["math"]["methods"]["whale"] = _cell([1], [0.55])  # within 0.6 ± 0.1, not 0.7 ± 0.1
+    assert not reproduction(table, reference)["cells"][0]["within"]
 
 
 def test_operator_gains_credit_each_interval_to_the_operators_that_ran_in_it():
@@ -773,7 +780,7 @@ def test_the_decisive_grid_implements_its_design():
     assert len(cfg.seeds) >= 5 and cfg.methods == METHODS5
     assert {d.name for d in cfg.domains} == {"math", "chess", "search"}
     assert len({r.config.name for r in runs}) == 3 * 5 * 5 + 3 * 5
-    # the reproduction's subset: one seed of every cell, the ablation's included, the same run configs
+    # one seed of the grid (the reproduction reruns search's): every cell, the ablation's included, the same configs
     one = {r.config.name: r.config for r in plan(cfg.only_seeds([0]))}
     assert len(one) == 3 * 5 + 3 and all(c.seed == 0 for c in one.values())
     assert all(one[r.config.name] == r.config for r in runs if r.seed == 0)

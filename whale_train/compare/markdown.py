@@ -164,7 +164,9 @@ def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
             f"## Reproduction: against the reference table `{rep['reference']}`",
             "",
             f"{rep['within']} of {rep['compared']} cells lie within the reference's error bars (its mean ± SD "
-            "over seeds). Per seed: this run's best minus the reference run's of the same seed, in points.",
+            "over seeds; where this table has a subset of the reference's seeds, the reference's mean over the "
+            "same seeds ± its SD). Per seed: this run's best minus the reference run's of the same seed, in "
+            "points.",
             "",
             "| cell | reference (%) | this run (%) | difference (points) | within | per seed |",
             "|---|---|---|---|---|---|",
