@@ -187,10 +187,13 @@ def test_ctrl_c_in_train_is_one_line_saying_how_to_resume(tmp_path):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # not inherited as ignored
     )
     deadline = time.monotonic() + 600
-    ledger = out / "ledger.jsonl"
+    # a unit is kept once state.json counts it (its ledger event comes first, then an evaluation, the
+    # checkpoint and state.json, which is also written once before the first unit): wait for that, not for
+    # the ledger event, or a loaded machine interrupts in between
+    state_file = out / "state.json"
     while time.monotonic() < deadline and proc.poll() is None:
-        if ledger.exists() and '"event": "unit"' in ledger.read_text():
-            break
+        if state_file.exists() and json.loads(state_file.read_text())["units"] >= 1:
+            break  # state.json is written atomically: never read half-written
         time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)
     _out, err = proc.communicate(timeout=300)
@@ -200,3 +203,6 @@ def test_ctrl_c_in_train_is_one_line_saying_how_to_resume(tmp_path):
     assert len(lines) == 1 and "--resume" in lines[0] and str(out) in lines[0], err[-2000:]
     state = json.loads((out / "state.json").read_text())
     assert state["units"] >= 1  # the finished units are kept; the interrupted one is redone on resume
+    kept = (out / "ledger.jsonl").read_text().count('"event": "unit"')
+    # an event past state.json's units is the interrupted unit's, dropped on resume
+    assert kept >= state["units"]
