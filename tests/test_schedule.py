@@ -94,3 +94,24 @@ def test_unknown_method_and_bad_config():
         make_schedule("gradient-descent", ScheduleConfig())
     with pytest.raises(ValueError, match="stagewise_weight_share"):
         make_schedule("stagewise", ScheduleConfig(stagewise_weight_share=1.5))
+
+
+@pytest.mark.parametrize("method", ["harness-only", "stagewise"])
+def test_search_until_the_budget_stops_when_the_proposer_is_exhausted(method):
+    """An iteration that proposes nothing costs no rollouts: without this stop the budget never ends it."""
+    from whale_train.schedule import EXHAUSTED_AFTER
+
+    schedule = make_schedule(method, ScheduleConfig())
+    state = RunState(
+        budget=1000, weight_step_cost=10, harness_iteration_cost=10, rollouts=900, weight_rollouts=900
+    )
+    state.start_phase("harness")
+    state.empty_iterations = EXHAUSTED_AFTER - 1
+    assert schedule.decide(state).action == "harness"
+    state.empty_iterations = EXHAUSTED_AFTER
+    decision = schedule.decide(state)
+    assert (
+        decision.action == "stop"
+        and "search exhausted" in decision.reason
+        and "900 of 1000" in decision.reason
+    )

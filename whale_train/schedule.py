@@ -19,7 +19,9 @@ stagewise      all the weight budget first (``stagewise_weight_share`` of the ro
 fst            Fast-Slow Training: short fixed phases, with a prompt-only harness search
 =============  =============================================================================================
 
-Every policy stops when the next unit would overspend the rollout budget.
+Every policy stops when the next unit would overspend the rollout budget; harness-only and stagewise's
+harness stage also stop once the proposer proposed no candidate in ``EXHAUSTED_AFTER`` iterations in a
+row (such an iteration costs no rollouts, so the budget alone would never end them).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class RunState:
     train_rewards: list[float] = field(default_factory=list)  # this weight phase, one per step
     harness_improved: list[bool] = field(default_factory=list)  # this harness phase: a new best?
     weight_rollouts: int = 0  # all weight-phase rollouts so far
+    empty_iterations: int = 0  # harness iterations in a row whose proposer proposed no candidate at all
 
     def start_phase(self, phase: str) -> None:
         self.phase, self.phase_units, self.phases = phase, 0, self.phases + 1
@@ -113,9 +116,26 @@ class WeightOnly:
         return _within_budget(state, "weight", "weight-only: always train the weights")
 
 
+EXHAUSTED_AFTER = 3  # empty iterations in a row after which a search-until-the-budget method stops
+
+
+def _search_exhausted(state: RunState) -> ScheduleDecision | None:
+    """A stop for a method that searches until the budget is spent, once its proposer has nothing left:
+    an iteration that proposes no candidate costs no rollouts, so without this it would loop forever."""
+    if state.empty_iterations >= EXHAUSTED_AFTER:
+        return ScheduleDecision(
+            "stop",
+            f"search exhausted: the proposer proposed no candidate in {state.empty_iterations} iterations in a "
+            f"row ({state.rollouts} of {state.budget} rollouts spent)",
+        )
+    return None
+
+
 class HarnessOnly:
     def decide(self, state: RunState) -> ScheduleDecision:
-        return _within_budget(state, "harness", "harness-only: always search harnesses")
+        return _search_exhausted(state) or _within_budget(
+            state, "harness", "harness-only: always search harnesses"
+        )
 
 
 class Fixed:
@@ -228,7 +248,7 @@ class Stagewise:
             return ScheduleDecision(
                 "weight", f"stagewise: weight stage, {state.weight_rollouts} of {weight_budget} rollouts"
             )
-        return _within_budget(
+        return _search_exhausted(state) or _within_budget(
             state, "harness", f"stagewise: harness stage after {state.weight_rollouts} weight rollouts"
         )
 

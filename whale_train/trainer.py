@@ -628,6 +628,9 @@ class Run:
             stop_if_interrupted()  # a Ctrl-C that a worker or a __del__ swallowed: this unit is not kept
             self.state.rollouts += rollouts
             self.state.phase_units += 1
+            if decision.action == "harness" and signals.get("kind") == "iteration":
+                empty = not signals.get("candidates")
+                self.state.empty_iterations = self.state.empty_iterations + 1 if empty else 0
             self._ledger(
                 {
                     "event": "unit",
