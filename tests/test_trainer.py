@@ -289,3 +289,18 @@ def test_report_writes_markdown_and_plots(tmp_path):
     assert "| whale | whale |" in text and "| weight-only | weight-only |" in text
     for png in ("accuracy_vs_rollouts.png", "phase_timeline.png", "lineage_whale.png"):
         assert (tmp_path / "report" / "plots" / png).stat().st_size > 1000
+
+
+def test_harness_only_stops_when_its_proposer_has_nothing_left(tmp_path):
+    """A prompt-only proposer runs out of edits; its empty iterations cost no rollouts, so without the
+    "search exhausted" stop a harness-only run would never spend its budget (it looped in the grid)."""
+    cfg = smoke(MODEL, method="harness-only", budget_rollouts=100000, search={"prompt_only": True})
+    Run(cfg, tmp_path, log=lambda *_: None).run()
+    events = ledger(tmp_path)
+    stop = [e for e in events if e["event"] == "stop"]
+    assert len(stop) == 1 and "search exhausted" in stop[0]["reason"], stop
+    empty = [
+        u for u in units(events) if u["signals"].get("kind") == "iteration" and not u["signals"]["candidates"]
+    ]
+    assert len(empty) == 3 and all(u["rollouts"] == 0 for u in empty)
+    assert sum(u["rollouts"] for u in units(events)) < 100000
