@@ -164,6 +164,54 @@ def test_plan_resolves_domains_overrides_and_the_ablation(tmp_path):
         CompareConfig.load(keep)
 
 
+def test_more_seeds_add_seeds_to_some_methods_of_a_domain(tmp_path):
+    """``more_seeds:`` (an amendment's added seeds): runs after the grid's, before the ablation, seed-major;
+    the rollout comparisons leave out a seed without weight-only's peak instead of charging it the budget."""
+    from whale_train.compare.verdict import comparisons
+
+    grid = {
+        "domains": {"math": {"set": {"env": "whale/Math-v0"}}, "chess": {"set": {"env": "whale/Chess-v0"}}},
+        "methods": ["whale", "weight-only", "stagewise"],
+        "seeds": [0, 1],
+        "set": TINY_SET,
+        "ablation": {"domain": "math", "points": [[0.2, 2]]},
+    }
+    more = [
+        {"domain": "chess", "methods": ["stagewise", "whale"], "seeds": [2, 3]},
+        {"domain": "math", "methods": ["whale"], "seeds": [3]},
+    ]
+    cfg = CompareConfig.load(_write(tmp_path / "grid.yaml", {**grid, "more_seeds": more}))
+    ids = [r.id for r in plan(cfg)]
+    assert ids[12:] == [
+        "chess-whale-s2",  # the config's order of methods, not the entry's
+        "chess-stagewise-s2",
+        "math-whale-s3",  # seed-major: every domain's seed 3 after seed 2
+        "chess-whale-s3",
+        "chess-stagewise-s3",
+        "math-whale-E0.2-I2-s0",
+        "math-whale-E0.2-I2-s1",
+    ]
+    assert {r.id: r.config.seed for r in plan(cfg)}["chess-stagewise-s3"] == 3
+    one = cfg.only_seeds([3])
+    assert [r.id for r in plan(one)] == ["math-whale-s3", "chess-whale-s3", "chess-stagewise-s3"]
+    for entry, message in [
+        ({"domain": "go", "seeds": [5]}, "more_seeds\\[0\\]: domain 'go'"),
+        ({"domain": "math", "methods": ["fst"], "seeds": [5]}, "method\\(s\\) \\['fst'\\]"),
+        ({"domain": "math", "seeds": [1, 5]}, "seeds the grid does not have"),
+        ({"domain": "math", "seed": [5]}, "a mapping with domain, methods and seeds"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            CompareConfig.load(_write(tmp_path / "bad.yaml", {**grid, "more_seeds": [entry]}))
+
+    # seed 2 has whale and stagewise but no weight-only run: no peak to reach, so no rollout pair
+    table = _verdict_table({"weight-only": [0.1, 0.1], "stagewise": [0.0, 0.05, 0.02]}, seeds=3)
+    table["domains"]["chess"]["reference_peak"] = {"0": 0.4, "1": 0.4}
+    rows = {r["comparison"]: r for r in comparisons(table)}
+    assert rows["whale − stagewise"]["seeds"] == ["0", "1", "2"]
+    assert rows["rollouts to weight-only's peak: stagewise − whale"]["seeds"] == ["0", "1"]
+    assert rows["whale − weight-only"]["seeds"] == ["0", "1"]
+
+
 def test_a_finished_run_keeps_only_the_checkpoints_an_evaluation_scored(tmp_path):
     run = tmp_path / "run"
     for name in ["0", "1", "2", "3", "resume-3"]:

@@ -14,10 +14,12 @@ the methods, the seeds, overrides for every run, and optionally a schedule ablat
     seeds: [0, 1, 2]
     set: {budget_rollouts: 768, eval.k: 8}     # nested mappings or dotted keys
     ablation: {domain: math, points: [[0.2, 2], [0.6, 6]]}   # (E, I) of whale; seeds: the grid's
+    more_seeds: [{domain: math, methods: [whale, stagewise], seeds: [5, 6]}]  # added later, to some cells
 
 Every run of a domain has the same config but for ``method`` and ``seed`` (and, for an ablation point,
 ``schedule.weight_epochs`` / ``schedule.harness_iterations``), so the methods spend the same rollout
-budget. Runs with identical configs are run once. Each run is a ``whale train`` subprocess with
+budget. Runs with identical configs are run once. The plan runs the grid seed by seed, then the seeds of
+``more_seeds`` (a paired difference uses the seeds both methods ran), then the ablation. Each run is a ``whale train`` subprocess with
 ``OMP_NUM_THREADS=1``, ``--jobs`` of them at a time. The output folder::
 
     grid.yaml                  the compare config as given (and the command line's --set)

@@ -52,6 +52,10 @@ def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
     lines += [
         f"{len(table['domains'])} domains × {len(table['methods'])} methods × {len(table['seeds'])} seeds"
         + (f", plus the schedule ablation on {table['ablation']['domain']}" if table.get("ablation") else "")
+        + "".join(
+            f", plus seeds {', '.join(map(str, m['seeds']))} of {m['domain']} ({', '.join(m['methods'])})"
+            for m in table.get("more_seeds") or []
+        )
         + f"; {table['finished_runs']} of {table['unique_runs']} runs finished; "
         f"run time {_minutes(table['total_run_seconds'])} in all" + _invocation_text(inv) + ".",
         "",

@@ -60,6 +60,8 @@ class CompareConfig:
     command_line: dict[str, Any] = field(default_factory=dict)  # ``--set``: applied last
     keep_checkpoints: str = "all"  # "evaluated": a finished run keeps only the model versions evaluated
     record: Path | None = None  # finished runs' small files, to commit (whale_train.compare.record)
+    # seeds added to some methods of a domain (an amendment): [{"domain", "methods", "seeds"}, ...]
+    more_seeds: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: str | Path, sets: Sequence[str] = ()) -> CompareConfig:
@@ -67,7 +69,17 @@ class CompareConfig:
         if not path.exists():
             raise FileNotFoundError(f"no compare config {path}")
         data = yaml.safe_load(path.read_text()) or {}
-        known = {"name", "domains", "methods", "seeds", "set", "ablation", "keep_checkpoints", "record"}
+        known = {
+            "name",
+            "domains",
+            "methods",
+            "seeds",
+            "set",
+            "ablation",
+            "more_seeds",
+            "keep_checkpoints",
+            "record",
+        }
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown compare key(s) {unknown}; known: {sorted(known)}")
@@ -100,6 +112,7 @@ class CompareConfig:
                 "points": points,
                 "seeds": [int(s) for s in ablation.get("seeds") or seeds],
             }
+        more_seeds = _more_seeds(data.get("more_seeds"), {d.name for d in domains}, methods, seeds)
         keep = str(data.get("keep_checkpoints", "all"))
         if keep not in KEEP_CHECKPOINTS:
             raise ValueError(f"keep_checkpoints: {keep!r} is not one of {', '.join(KEEP_CHECKPOINTS)}")
@@ -119,12 +132,16 @@ class CompareConfig:
             command_line,
             keep,
             Path(record) if record else None,  # relative to the working directory, like --out
+            more_seeds,
         )
 
     def only_seeds(self, seeds: Sequence[int]) -> CompareConfig:
         """This grid with only ``seeds`` (the ablation's too): a subset of it, such as the one seed of every
         cell that a reproduction reruns. A seed the config does not have is an error."""
-        unknown = sorted(set(seeds) - set(self.seeds) - set((self.ablation or {}).get("seeds", [])))
+        more = [s for m in self.more_seeds for s in m["seeds"]]
+        unknown = sorted(
+            set(seeds) - set(self.seeds) - set((self.ablation or {}).get("seeds", [])) - set(more)
+        )
         if unknown:
             raise ValueError(f"seed(s) {unknown} not in the config (seeds: {self.seeds})")
         ablation = self.ablation and {
@@ -135,8 +152,37 @@ class CompareConfig:
             self,
             seeds=[s for s in self.seeds if s in seeds],
             ablation=ablation,
+            more_seeds=[
+                {**m, "seeds": [s for s in m["seeds"] if s in seeds]}
+                for m in self.more_seeds
+                if set(m["seeds"]) & set(seeds)
+            ],
             source={**self.source, "command_line_seeds": list(seeds)},
         )
+
+
+def _more_seeds(
+    entries: Any, domains: set[str], methods: Sequence[str], seeds: Sequence[int]
+) -> list[dict[str, Any]]:
+    """``more_seeds:``: seeds added to some methods of a domain, e.g. where the grid's seeds leave a paired
+    difference's SE too wide (docs/COMPARE.md). Each entry: ``{domain, methods (default: all), seeds}``;
+    a seed of the grid itself is an error (those runs exist already)."""
+    out = []
+    for n, entry in enumerate(entries or []):
+        where = f"more_seeds[{n}]"
+        if not isinstance(entry, dict) or set(entry) - {"domain", "methods", "seeds"}:
+            raise ValueError(f"{where}: a mapping with domain, methods and seeds")
+        if entry.get("domain") not in domains:
+            raise ValueError(f"{where}: domain {entry.get('domain')!r} is not one of the domains")
+        chosen = list(entry.get("methods") or methods)
+        bad = [m for m in chosen if m not in methods]
+        if bad:
+            raise ValueError(f"{where}: method(s) {bad} are not the config's methods")
+        added = [int(s) for s in entry.get("seeds") or []]
+        if not added or set(added) & set(seeds):
+            raise ValueError(f"{where}: seeds must be a non-empty list of seeds the grid does not have")
+        out.append({"domain": entry["domain"], "methods": chosen, "seeds": added})
+    return out
 
 
 def _find(name: str, here: Path) -> Path:
@@ -178,12 +224,23 @@ def resolve(cfg: CompareConfig, domain: Domain, **fields: Any) -> TrainConfig:
 
 
 def plan(cfg: CompareConfig) -> list[RunSpec]:
-    """Every run of the grid (seed-major, so a stopped grid has whole seeds), then the ablation runs.
-    A run whose config equals an earlier one's (but for its name) is that run."""
+    """Every run of the grid (seed-major, so a stopped grid has whole seeds), then the runs of
+    ``more_seeds`` (seed-major too), then the ablation runs. A run whose config equals an earlier one's
+    (but for its name) is that run."""
     wanted: list[tuple[str, str, str, int, tuple[float, int] | None, dict[str, Any]]] = []
     for seed in cfg.seeds:
         for d in cfg.domains:
             for method in cfg.methods:
+                wanted.append((f"{d.name}-{method}-s{seed}", d.name, method, seed, None, {}))
+    for seed in sorted({s for m in cfg.more_seeds for s in m["seeds"]}):
+        for d in cfg.domains:  # the config's order of domains and methods, as in the grid
+            chosen = {
+                m
+                for entry in cfg.more_seeds
+                if entry["domain"] == d.name and seed in entry["seeds"]
+                for m in entry["methods"]
+            }
+            for method in (m for m in cfg.methods if m in chosen):
                 wanted.append((f"{d.name}-{method}-s{seed}", d.name, method, seed, None, {}))
     if cfg.ablation:
         for seed in cfg.ablation["seeds"]:

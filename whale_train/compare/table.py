@@ -148,6 +148,7 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
         "name": cfg.name,
         "methods": cfg.methods,
         "seeds": cfg.seeds,
+        "more_seeds": cfg.more_seeds,
         "domains": {},
         "runs": {},
     }

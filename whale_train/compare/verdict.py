@@ -70,9 +70,13 @@ def _field(domain: dict[str, Any], method: str, key: str) -> dict[str, Any]:
 
 
 def _reach(domain: dict[str, Any], method: str) -> dict[str, Any]:
-    """Each seed's rollouts to reach weight-only's peak; a run that never reaches it counts as the budget."""
+    """Each seed's rollouts to reach weight-only's peak; a run that never reaches it counts as the budget.
+    A seed without a finished weight-only run (seeds added to some methods only) has no peak: left out."""
+    peaks = domain.get("reference_peak")
     return {
-        s: domain["budget"] if v["reach"] is None else v["reach"] for s, v in _seeds(domain, method).items()
+        s: domain["budget"] if v["reach"] is None else v["reach"]
+        for s, v in _seeds(domain, method).items()
+        if peaks is None or s in peaks
     }
 
 
