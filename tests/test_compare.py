@@ -388,7 +388,7 @@ def _verdict_table(diffs: dict[str, list[float]], seeds: int = 5) -> dict:
 
 
 def test_verdicts_by_hand():
-    from whale_train.compare.verdict import verdicts
+    from whale_train.compare.verdict import verdict_markdown, verdicts
 
     table = _verdict_table(
         {
@@ -417,6 +417,10 @@ def test_verdicts_by_hand():
     assert ho["verdict"] == "not resolved" and "contains 0" in ho["reason"] and ho["excludes_paper_effect"]
     sw = rows["whale − stagewise"]
     assert sw["verdict"] == "not resolved" and sw["reason"].startswith("SE 3.2 > 1.5")
+    # its per-seed differences have an SD of 7.2 points: an SE of 1.5 needs (7.2 / 1.5)^2 -> 24 seeds
+    assert sw["seeds_for_max_se"] == 24 and rows["whale − weight-only"]["seeds_for_max_se"] == 2
+    table_md = "\n".join(verdict_markdown(v))
+    assert "**not resolved** (an SE of 1.5 needs about 24 seeds)" in table_md
     # the corrected interval is wider than the plain 95% one
     assert rows["whale − weight-only"]["lo_holm"] < rows["whale − weight-only"]["lo"]
     # one seed: nothing to resolve

@@ -30,6 +30,7 @@ better" even when the verdict is "not resolved" because the interval contains 0.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from whale_train.compare.plan import REFERENCE, WHALE
@@ -140,6 +141,8 @@ def verdicts(
         half = t_quantile(0.5 + c["level"] / 2.0, r["n"] - 1) * r["se"]
         lo, hi = r["mean"] - half, r["mean"] + half
         r.update(lo_holm=lo, hi_holm=hi)
+        if r["unit"] == "points":  # the seeds at which this spread would give an SE of max_se
+            r["seeds_for_max_se"] = max(2, math.ceil((r["sd"] / max_se) ** 2))
         if r["unit"] == "points" and r["se"] > max_se:
             r.update(verdict="not resolved", reason=f"SE {100 * r['se']:.1f} > {100 * max_se:.1f} points")
         elif lo <= 0 <= hi:
@@ -182,6 +185,8 @@ def verdict_markdown(v: dict[str, Any]) -> list[str]:
         )
         p = "—" if r["p_holm"] is None else f"{r['p_holm']:.3f}"
         note = " (excludes the paper's +4.15)" if r.get("excludes_paper_effect") else ""
+        if r["reason"].startswith("SE "):
+            note += f" (an SE of {v['max_se_points']:.1f} needs about {r['seeds_for_max_se']} seeds)"
         lines.append(
             f"| {r['claim']} | {r['domain']} | {r['comparison']} ({unit}) | {_num(r, r['mean'])} | {se} | {ci} | "
             f"{p} | {r['n']} | **{r['verdict']}**{note} |"
