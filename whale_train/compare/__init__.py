@@ -19,8 +19,8 @@ the methods, the seeds, overrides for every run, and optionally a schedule ablat
 Every run of a domain has the same config but for ``method`` and ``seed`` (and, for an ablation point,
 ``schedule.weight_epochs`` / ``schedule.harness_iterations``), so the methods spend the same rollout
 budget. Runs with identical configs are run once. The plan runs the grid seed by seed, then the seeds of
-``more_seeds`` (a paired difference uses the seeds both methods ran), then the ablation. Each run is a ``whale train`` subprocess with
-``OMP_NUM_THREADS=1``, ``--jobs`` of them at a time. The output folder::
+``more_seeds`` (a paired difference uses the seeds both methods ran), then the ablation. Each run is a
+``whale train`` subprocess with ``OMP_NUM_THREADS=1``, ``--jobs`` of them at a time. The output folder::
 
     grid.yaml                  the compare config as given (and the command line's --set)
     configs/<run>.yaml         the resolved train config of every run
