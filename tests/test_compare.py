@@ -833,8 +833,13 @@ def test_the_decisive_grid_implements_its_design():
     assert {d.name for d in cfg.domains} == {"math", "chess", "search"}
     added = sum(len(m["methods"]) * len(m["seeds"]) for m in cfg.more_seeds)
     assert len({r.config.name for r in runs}) == 3 * 5 * 5 + 3 * 5 + added
-    # the amendment's added seeds: at most 10 seeds a cell, whale's among them (its differences pair by seed)
-    assert all(max(m["seeds"]) <= 9 and "whale" in m["methods"] for m in cfg.more_seeds)
+    # the amendment's added seeds: at most 10 seeds a cell, and whale has every seed another method of its
+    # domain got (its differences pair by seed)
+    assert all(max(m["seeds"]) <= 9 for m in cfg.more_seeds)
+    for domain in {m["domain"] for m in cfg.more_seeds}:
+        got = [(set(m["methods"]), set(m["seeds"])) for m in cfg.more_seeds if m["domain"] == domain]
+        whale = set().union(*(seeds for methods, seeds in got if "whale" in methods))
+        assert set().union(*(seeds for _, seeds in got)) <= whale
     # one seed of the grid (the reproduction reruns search's): every cell, the ablation's included, the same configs
     one = {r.config.name: r.config for r in plan(cfg.only_seeds([0]))}
     assert len(one) == 3 * 5 + 3 and all(c.seed == 0 for c in one.values())
