@@ -416,7 +416,7 @@ def test_verdicts_by_hand():
     ho = rows["whale − harness-only"]
     assert ho["verdict"] == "not resolved" and "contains 0" in ho["reason"] and ho["excludes_paper_effect"]
     sw = rows["whale − stagewise"]
-    assert sw["verdict"] == "not resolved" and sw["reason"].startswith("SE 3.2 > 1.5")
+    assert sw["verdict"] == "not resolved" and sw["reason"].startswith("SE 3.22 > 1.50")
     # its per-seed differences have an SD of 7.2 points: an SE of 1.5 needs (7.2 / 1.5)^2 -> 24 seeds
     assert sw["seeds_for_max_se"] == 24 and rows["whale − weight-only"]["seeds_for_max_se"] == 2
     table_md = "\n".join(verdict_markdown(v))

@@ -144,7 +144,7 @@ def verdicts(
         if r["unit"] == "points":  # the seeds at which this spread would give an SE of max_se
             r["seeds_for_max_se"] = max(2, math.ceil((r["sd"] / max_se) ** 2))
         if r["unit"] == "points" and r["se"] > max_se:
-            r.update(verdict="not resolved", reason=f"SE {100 * r['se']:.1f} > {100 * max_se:.1f} points")
+            r.update(verdict="not resolved", reason=f"SE {100 * r['se']:.2f} > {100 * max_se:.2f} points")
         elif lo <= 0 <= hi:
             r.update(verdict="not resolved", reason="the corrected interval contains 0")
         elif lo > 0:
