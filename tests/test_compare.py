@@ -194,6 +194,14 @@ def test_more_seeds_add_seeds_to_some_methods_of_a_domain(tmp_path):
     assert {r.id: r.config.seed for r in plan(cfg)}["chess-stagewise-s3"] == 3
     one = cfg.only_seeds([3])
     assert [r.id for r in plan(one)] == ["math-whale-s3", "chess-whale-s3", "chess-stagewise-s3"]
+    # a subset with no run of a domain (math at seed 2) or of the ablation still makes its table
+    from whale_train.compare.markdown import to_markdown
+    from whale_train.compare.table import build_table
+
+    two = cfg.only_seeds([2])
+    table = build_table(two, plan(two), tmp_path / "out")
+    assert list(table["domains"]) == ["chess"] and "ablation" not in table
+    assert "## chess" in to_markdown(table, {})
     for entry, message in [
         ({"domain": "go", "seeds": [5]}, "more_seeds\\[0\\]: domain 'go'"),
         ({"domain": "math", "methods": ["fst"], "seeds": [5]}, "method\\(s\\) \\['fst'\\]"),

@@ -179,6 +179,8 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
     peaks_by_domain: dict[str, dict[int, float]] = {}
     for d in cfg.domains:
         specs = [r for r in grid if r.domain == d.name]
+        if not specs:  # a subset of the grid (``--seeds``) with no run of this domain
+            continue
         k = specs[0].config.eval.k
         reference = {
             r.seed: summaries[r.config.name]["best_mean"]
@@ -239,7 +241,7 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
             "paired": paired_by["best"],  # the paper's metric; every metric's in paired_by_metric
             "paired_by_metric": paired_by,
         }
-    if cfg.ablation:
+    if cfg.ablation and cfg.ablation["domain"] in table["domains"] and any(r.point for r in runs):
         points = []
         for e, i in cfg.ablation["points"]:
             cell = [
