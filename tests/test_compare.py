@@ -597,6 +597,27 @@ def test_dry_run_lists_each_state_and_the_finished_runs_numbers(tmp_path, capsys
     assert not (out / "compare.md").exists() and not (out / "grid.yaml").exists()  # it wrote nothing
 
 
+def test_dry_run_lists_only_the_named_domains(tmp_path, capsys):
+    from whale_train.cli import main
+
+    path = _write(
+        tmp_path / "grid.yaml",
+        {
+            "domains": {
+                "math": {"set": {"env": "whale/Math-v0"}},
+                "chess": {"set": {"env": "whale/Chess-v0"}},
+            },
+            "methods": ["whale", "weight-only"],
+            "set": TINY_SET,
+        },
+    )
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--out", str(out), "--domains", "chess", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines[:-1]] == ["chess-whale-s0", "chess-weight-only-s0"]
+    assert lines[-1] == "0 of 2 runs finished"
+
+
 def test_run_grid_runs_only_the_named_domains(tmp_path):
     path = _write(
         tmp_path / "grid.yaml",

@@ -156,7 +156,7 @@ def cmd_compare(args) -> int:
         except (OSError, ValueError) as exc:
             raise CLIError(f"--reference {args.reference}: {exc}") from None
     if args.dry_run:
-        dry_run(runs, out, cfg.record)
+        dry_run([r for r in runs if only is None or r.domain in only], out, cfg.record)
         return 0
     devices = ray = None
     try:
