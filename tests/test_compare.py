@@ -301,7 +301,11 @@ def test_table_from_hand_made_ledgers(tmp_path):
         2: {"whale": [(0, 0.1), (96, 0.2)], "weight-only": [(0, 0.1), (20, 0.4)]},
     }
     harness_only = {0: [(0, 0.2), (80, 0.5)], 1: [(0, 0.2)], 2: [(0, 0.1), (50, 0.45)]}
-    ablation = {0: [(0, 0.2), (60, 0.7)], 1: [(0, 0.2), (60, 0.5)]}
+    # the ablation's runs have harness-split scores: (rollouts, test mean, harness-split score)
+    ablation = {
+        0: [(0, 0.2, 0.3), (60, 0.7, 0.6), (90, 0.6, 0.5)],
+        1: [(0, 0.2, 0.3), (60, 0.5, 0.4), (90, 0.4, 0.45)],
+    }
     for r in runs:
         if r.point is not None:
             evals = ablation[r.seed]
@@ -330,6 +334,12 @@ def test_table_from_hand_made_ledgers(tmp_path):
     (point,) = table["ablation"]["points"]
     assert (point["weight_epochs"], point["harness_iterations"], point["best"]) == (0.2, 2, [0.7, 0.5])
     assert point["reach"] == [60, 60] and (point["reached"], point["reach_of"]) == (2, 2)
+    # three numbers per ablation run too; the selected one (never chosen by a test score) is its headline
+    assert (point["final"], point["selected"], table["ablation"]["metric"]) == (
+        [0.6, 0.4],
+        [0.7, 0.4],
+        "selected",
+    )
     # a seed that is missing drops out of the pairs, and the cell says so
     (out / "runs" / "math-harness-only-s1" / "ledger.jsonl").unlink()
     table = build_table(cfg, runs, out)
@@ -339,6 +349,7 @@ def test_table_from_hand_made_ledgers(tmp_path):
     # best, final (here the last evaluation is each whale run's best), selected (no harness-split scores)
     assert "| whale | 43.3 ± 20.8 | 43.3 ± 20.8 | — | 3 | 65 (2/3 seeds; not reached by the others) |" in md
     assert "| whale − weight-only |" in md and "## Schedule ablation" in md
+    assert "| 0.2 | 2 | 55.0 ± 21.2 | 60.0 ± 14.1 | 50.0 ± 14.1 | 2 | 0: 70.0, 1: 40.0 | 60 |" in md
     # verdicts on the numbers the runs have (best, final), none on the selected one (no harness scores)
     assert "## Verdicts" in md and "On the **best** number" in md and "On the **selected** number" not in md
     assert "| 1 | math | whale − weight-only (points) |" in md

@@ -144,18 +144,19 @@ def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
     ab = table.get("ablation")
     if ab:
         domain = table["domains"][ab["domain"]]
+        metric = ab.get("metric", "best")  # a table written before the ablation had three numbers: best
         lines += [
             f"## Schedule ablation: {WHALE} (E, I) on {ab['domain']}",
             "",
-            f"| E (epochs) | I (iterations) | best test mean@{domain['k']} (%) | seeds | per seed | "
-            f"rollouts to reach {REFERENCE}'s peak | total wall time |",
-            "|---|---|---|---|---|---|---|",
+            f"| E (epochs) | I (iterations) | selected test mean@{domain['k']} (%) | best (%) | final (%) | "
+            f"seeds | per seed ({metric}) | rollouts to reach {REFERENCE}'s peak | total wall time |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for p in ab["points"]:
-            sd = "" if p["best_sd"] is None else f" ± {_pct(p['best_sd'])}"
-            per = ", ".join(f"{s}: {_pct(x)}" for s, x in zip(p["seeds"], p["best"], strict=True))
+            numbers = " | ".join(_mean_sd_text(p, m) for m in ("selected", "best", "final"))
+            per = ", ".join(f"{s}: {_pct(x)}" for s, x in zip(p["seeds"], p[metric] or [], strict=True))
             lines.append(
-                f"| {p['weight_epochs']:g} | {p['harness_iterations']} | {_pct(p['best_mean'])}{sd} | "
+                f"| {p['weight_epochs']:g} | {p['harness_iterations']} | {numbers} | "
                 f"{len(p['seeds'])} | {per or '—'} | {_reach_text(p) if 'reach_of' in p else '—'} | "
                 f"{_minutes(p['wall_seconds'])} |"
             )

@@ -63,19 +63,22 @@ def plot_accuracy(table: dict[str, Any], domain: str, path: Path, points: int = 
 
 
 def plot_ablation(table: dict[str, Any], path: Path) -> Path:
-    """Two panels per (E, I) point: best test mean@k, and rollouts to reach weight-only's peak (seeds
-    that never reach it are left out of the bar and drawn at the budget as crosses)."""
+    """Two panels per (E, I) point: the ablation's number (the selected test mean@k where every run has
+    one, else the best), and rollouts to reach weight-only's peak (seeds that never reach it are left out
+    of the bar and drawn at the budget as crosses)."""
     ab = table["ablation"]
+    metric = ab.get("metric", "best")
     domain = table["domains"][ab["domain"]]
     labels = [f"E={p['weight_epochs']:g}\nI={p['harness_iterations']}" for p in ab["points"]]
     xs = np.arange(len(labels))
     fig, (acc, cost) = plt.subplots(1, 2, figsize=(9, 3.6))
-    means = [100 * (p["best_mean"] or 0.0) for p in ab["points"]]
-    sds = [100 * (p["best_sd"] or 0.0) for p in ab["points"]]
+    means = [100 * (p[f"{metric}_mean"] or 0.0) for p in ab["points"]]
+    sds = [100 * (p[f"{metric}_sd"] or 0.0) for p in ab["points"]]
     acc.bar(xs, means, yerr=sds, capsize=4, color="#4c72b0", alpha=0.8)
     for x, p in zip(xs, ab["points"], strict=True):
-        acc.scatter([x] * len(p["best"]), [100 * b for b in p["best"]], color="black", s=12, zorder=3)
-    acc.set_ylabel(f"best test mean@{domain['k']} (%)")
+        values = p[metric] or []  # a point no seed of which has finished has none
+        acc.scatter([x] * len(values), [100 * v for v in values], color="black", s=12, zorder=3)
+    acc.set_ylabel(f"{metric} test mean@{domain['k']} (%)")
     acc.set_title("accuracy (mean ± SD; dots: seeds)", fontsize=9)
     for x, p in zip(xs, ab["points"], strict=True):
         reach = p.get("reach", [])

@@ -259,11 +259,14 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
                     "best": best,
                     "best_mean": mean,
                     "best_sd": sd,
+                    **_metric_fields([run_numbers(s) for _, s in cell]),
                     **_reach_fields(cell, peaks_by_domain.get(cfg.ablation["domain"], {})),
                     "wall_seconds": round(sum(s["wall_seconds"] for _, s in cell), 1),
                 }
             )
-        table["ablation"] = {"domain": cfg.ablation["domain"], "points": points}
+        # the number the ablation's per-seed column and plot show: the selected one, where every run has it
+        metric = "selected" if all(p["selected"] is not None for p in points if p["seeds"]) else "best"
+        table["ablation"] = {"domain": cfg.ablation["domain"], "metric": metric, "points": points}
     # the selected number first: it is the one no test score chose; best is the paper's metric
     table["verdicts"] = {metric: verdicts(table, metric) for metric in ("selected", "best", "final")}
     table["total_run_seconds"] = round(sum(s["wall_seconds"] for s in summaries.values()), 1)
