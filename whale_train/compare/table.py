@@ -265,8 +265,8 @@ def build_table(cfg: CompareConfig, runs: Sequence[RunSpec], out: Path) -> dict[
                 }
             )
         # the number the ablation's per-seed column and plot show: the selected one, where every run has it
-        metric = "selected" if all(p["selected"] is not None for p in points if p["seeds"]) else "best"
-        table["ablation"] = {"domain": cfg.ablation["domain"], "metric": metric, "points": points}
+        shown = "selected" if all(p["selected"] is not None for p in points if p["seeds"]) else "best"
+        table["ablation"] = {"domain": cfg.ablation["domain"], "metric": shown, "points": points}
     # the selected number first: it is the one no test score chose; best is the paper's metric
     table["verdicts"] = {metric: verdicts(table, metric) for metric in ("selected", "best", "final")}
     table["total_run_seconds"] = round(sum(s["wall_seconds"] for s in summaries.values()), 1)
