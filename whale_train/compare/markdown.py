@@ -97,11 +97,10 @@ def to_markdown(table: dict[str, Any], plots: dict[str, str]) -> str:
             "|---|---|---|---|---|---|---|---|",
         ]
         for method, c in d["methods"].items():
-            sd = "" if c["best_sd"] is None else f" ± {_pct(c['best_sd'])}"
             spent = mean_sd(c["rollouts"])[0]
             missing = f" (missing: {c['missing_seeds']})" if c["missing_seeds"] else ""
             lines.append(
-                f"| {method} | {_pct(c['best_mean'])}{sd} | {_mean_sd_text(c, 'final')} | "
+                f"| {method} | {_mean_sd_text(c, 'best')} | {_mean_sd_text(c, 'final')} | "
                 f"{_mean_sd_text(c, 'selected')} | {len(c['seeds'])}{missing} | {_reach_text(c)} | "
                 f"{'—' if spent is None else f'{spent:.0f}'} | {_minutes(c['wall_seconds'])} |"
             )
