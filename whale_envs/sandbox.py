@@ -541,6 +541,50 @@ def spawn_python(code: str, limits: Limits | None = None) -> SandboxProcess:
     return SandboxProcess(proc, tmp, cfg["uid"], isolation, stderr_file)
 
 
+def spawn_jailed(
+    code: str,
+    limits: Limits | None = None,
+    *,
+    mounts: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> SandboxProcess:
+    """:func:`spawn_python` with host folders shown read-only in the jail: ``mounts`` maps a path of the
+    jail (``/archive``) to a host folder (bound read-only at its own path, the jail path a link to it);
+    ``env`` adds environment variables. The working directory ``/sandbox`` lives as long as the
+    program (its private scratch). Namespaces only, even under the opt-in (a view of chosen folders
+    needs a mount namespace): raises :class:`IsolationUnavailable` without them."""
+    limits = limits or Limits()
+    limits.validate()
+    problem = isolation_problem(limits.site_packages)
+    if problem:
+        raise IsolationUnavailable(refusal(problem, "a jailed program"))
+    tmp, cfg = _prepare(code, limits, "namespaces")
+    for link, host in (mounts or {}).items():
+        if not link.startswith("/") or link.rstrip("/") in ("", "/sandbox", "/tmp", "/proc", "/dev"):
+            raise ValueError(f"spawn_jailed: {link!r} is not a free absolute path of the jail")
+        cfg["ro_binds"].append(os.path.realpath(host))
+        cfg["symlinks"].append((link.rstrip("/"), os.path.realpath(host)))
+    cfg["hide"] = [h for h in _hidden_dirs() if any(h.startswith(b + "/") for b in cfg["ro_binds"])]
+    cfg["env"].update(env or {})
+    stderr_file = open(tmp / "stderr.log", "wb")  # noqa: SIM115 - closed by SandboxProcess.close
+    try:
+        proc = _popen(
+            tmp,
+            cfg,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr_file,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+        )
+    except OSError as exc:
+        stderr_file.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"cannot start the interpreter: {exc}") from None
+    return SandboxProcess(proc, tmp, cfg["uid"], "namespaces", stderr_file)
+
+
 # ------------------------------------------------------------------------------------ fork server
 
 
