@@ -51,7 +51,7 @@ def hotpot_record(i: int, **changes) -> dict:
 
 def test_search_kinds_are_registered():
     kinds = {k.kind: k for k in source_kinds("search")}
-    assert set(kinds) == {"generated", "hotpotqa", "musique", "nq"}
+    assert set(kinds) == {"generated", "hotpotqa", "musique", "nq", "searchr1", "verl"}
     assert kinds["nq"].path_required and not kinds["generated"].takes_path
     assert kinds["hotpotqa"].usage == "hotpotqa[:PATH]" and kinds["nq"].usage == "nq:PATH"
 

@@ -1,8 +1,10 @@
 """Chess task sources: Lichess puzzle CSV and EPD test suites (bundled samples or the user's files).
 
 ``tasks="lichess"`` loads the bundled 1000-puzzle sample, ``tasks="lichess:PATH"`` a Lichess export
-(``PuzzleId,FEN,Moves,Rating,...,Themes,...``). Filters: ``min_rating``, ``max_rating``, ``themes``
-(comma-separated; a puzzle passes when it has any of them), ``exclude_themes``.
+(``PuzzleId,FEN,Moves,Rating,...,Themes,...``): the database CSV, the same compressed (``.csv.zst``,
+``.csv.gz``), or parquet. Filters: ``min_rating``, ``max_rating``, ``themes`` (comma-separated; a
+puzzle passes when it has any of them), ``exclude_themes``, ``min_plies`` / ``max_plies`` (solution
+plies: the moves after the opponent's setup move; the paper keeps 1-9).
 
 ``tasks="epd"`` loads the five bundled suites (WAC, Arasan 2024, ECM, IQ4, BT-2630), ``tasks="epd:PATH"``
 one file or a folder of ``.epd`` files. ``bm`` = any listed move solves; ``am`` = any move but those.
@@ -10,7 +12,6 @@ one file or a folder of ``.epd`` files. ``bm`` = any listed move solves; ``am`` 
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import chess
 
 from whale_envs.chess.puzzle import ChessPuzzle
 from whale_envs.data import bundled_path
+from whale_envs.tabular import read_rows
 from whale_envs.tasks import ListSource, Task, TaskSourceError, existing
 
 LICHESS_COLUMNS = ("PuzzleId", "FEN", "Moves", "Rating", "Themes")
@@ -44,46 +46,76 @@ def load_lichess(
     max_rating: int | None = None,
     themes: str | Iterable[str] | None = None,
     exclude_themes: str | Iterable[str] | None = None,
+    min_plies: int | None = None,
+    max_plies: int | None = None,
 ) -> ListSource[ChessPuzzle]:
-    """Load Lichess puzzles. Task id = ``PuzzleId``; the first move is the opponent's setup move."""
-    file = existing(path, "lichess") if path else bundled_path("lichess_puzzles", "puzzles.csv")
+    """Load Lichess puzzles. Task id = ``PuzzleId``; the first move is the opponent's setup move.
+
+    The file is the database CSV (``lichess_db_puzzle.csv``, also ``.csv.zst`` / ``.csv.gz`` read as a
+    stream) or parquet with the same columns (``Themes`` a string or a list). ``min_plies`` /
+    ``max_plies`` filter on the solution length in plies: the moves after the setup move (the paper
+    keeps 1-9). Cheap filters run before a row's moves are replayed, so the 5M-row database loads in
+    the time its kept rows take.
+    """
+    for name, value in (("min_plies", min_plies), ("max_plies", max_plies)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise TaskSourceError(f"lichess: {name} must be a positive whole number, got {value!r}")
+    if path:
+        rows = read_rows(existing(path, "lichess"), "lichess")
+    else:
+        rows = read_rows(bundled_path("lichess_puzzles", "puzzles.csv"), "lichess")
     shown = path or "lichess (bundled sample)"
     want, drop = _as_set(themes), _as_set(exclude_themes)
     tasks = []
-    with open(file, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in LICHESS_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise TaskSourceError(
-                f"{file}: not a Lichess puzzle CSV, missing column(s) {missing} in the header"
-            )
-        for row_no, row in enumerate(reader, start=2):  # row 1 is the header
-            where = f"{file}, row {row_no}"
-            puzzle, rating, row_themes = _lichess_row(row, where)
-            if min_rating is not None and rating < min_rating:
-                continue
-            if max_rating is not None and rating > max_rating:
-                continue
-            if want and not (want & row_themes):
-                continue
-            if drop & row_themes:
-                continue
-            meta = {
-                "difficulty": rating_band(rating),
-                "rating": rating,
-                "themes": sorted(row_themes),
-                "source": shown,
-                "row": row_no,
-            }
-            tasks.append(Task(row["PuzzleId"], puzzle, meta))
+    checked = False
+    for row_no, where, row in rows:
+        if not checked:
+            missing = [c for c in LICHESS_COLUMNS if c not in row]
+            if missing:
+                raise TaskSourceError(
+                    f"{where.rsplit(',', 1)[0]}: not a Lichess puzzle file, missing column(s) {missing}"
+                )
+            checked = True
+        row_themes = _as_set(row.get("Themes"))
+        if want and not (want & row_themes):
+            continue
+        if drop & row_themes:
+            continue
+        plies = len(str(row.get("Moves") or "").split()) - 1
+        if (min_plies is not None and plies < min_plies) or (max_plies is not None and plies > max_plies):
+            continue
+        rating = _rating(row, where)
+        if min_rating is not None and rating < min_rating:
+            continue
+        if max_rating is not None and rating > max_rating:
+            continue
+        puzzle = _lichess_row(row, where)
+        meta = {
+            "difficulty": rating_band(rating),
+            "rating": rating,
+            "plies": plies,
+            "themes": sorted(row_themes),
+            "source": shown,
+            "row": row_no,
+        }
+        tasks.append(Task(str(row["PuzzleId"]).strip(), puzzle, meta))
     name = f"lichess:{path}" if path else "lichess"
     if not tasks:
         raise TaskSourceError(f"{name}: no puzzle passes the filters")
     return ListSource(name, tasks)
 
 
-def _lichess_row(row: dict, where: str) -> tuple[ChessPuzzle, int, frozenset[str]]:
-    puzzle_id = (row.get("PuzzleId") or "").strip()
+def _rating(row: dict, where: str) -> int:
+    try:
+        return int(row["Rating"])
+    except (ValueError, TypeError):
+        raise TaskSourceError(
+            f"{where} ({row.get('PuzzleId')}): Rating {row.get('Rating')!r} is not an integer"
+        ) from None
+
+
+def _lichess_row(row: dict, where: str) -> ChessPuzzle:
+    puzzle_id = str(row.get("PuzzleId") or "").strip()
     if not puzzle_id:
         raise TaskSourceError(f"{where}: empty PuzzleId")
     try:
@@ -105,14 +137,7 @@ def _lichess_row(row: dict, where: str) -> tuple[ChessPuzzle, int, frozenset[str
             ) from None
         line.append(move.uci())
         board.push(move)
-    try:
-        rating = int(row["Rating"])
-    except (ValueError, TypeError):
-        raise TaskSourceError(
-            f"{where} ({puzzle_id}): Rating {row.get('Rating')!r} is not an integer"
-        ) from None
-    puzzle = ChessPuzzle(fen=row["FEN"], setup=line[0], line=tuple(line[1:]), goal="Find the best move.")
-    return puzzle, rating, _as_set(row.get("Themes"))
+    return ChessPuzzle(fen=row["FEN"], setup=line[0], line=tuple(line[1:]), goal="Find the best move.")
 
 
 def load_epd(path: str | None = None) -> ListSource[ChessPuzzle]:

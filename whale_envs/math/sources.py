@@ -12,6 +12,22 @@ MATH-format file: ``problem``, and ``answer`` or else the last ``\\boxed{}`` of 
 (``test/precalculus/807.json``), or ``math-<row index>`` for a row without one. ``meta["difficulty"]``
 = the level (1-5), ``meta["subject"]`` the subject. Filters: ``levels`` (``"1-3"`` or ``"1,4"``),
 ``subjects`` (comma-separated, case-insensitive).
+
+The paper's data (files only, nothing bundled; see docs/PAPER.md):
+
+* ``dapo:PATH`` — DAPO-Math-17K in verl parquet: the problem is taken out of DAPO's prompt wrapper
+  ("Solve the following math problem step by step. ... Remember to put your answer on its own line
+  after "Answer:"."), the answer is ``reward_model.ground_truth``; task id = ``extra_info.index``
+  (else ``dapo-<row>``). ``dedup=true`` (default) keeps the first row of each problem text: the
+  released file repeats every problem, 17,917 remain.
+* ``aime:PATH`` — AIME 2024 / 2025 as released (jsonl, json or parquet; ``Problem``/``problem``,
+  ``Answer``/``answer``, ``ID``/``id``, ``year``); task id ``aime-<ID>`` or ``aime<year>-<id>``.
+* ``verl:PATH`` — any verl-format parquet (or jsonl) of math problems: the last user message of
+  ``prompt`` (unwrapped when it is DAPO's wrapper), ``reward_model.ground_truth``.
+
+Each of them, and a folder of parquet shards or a ``datasets.save_to_disk`` folder, is read with
+:mod:`whale_envs.tabular`. ``meta["data_source"]`` (the row's ``data_source``, ``aime2024`` ...) is what
+``whale eval`` breaks results down by.
 """
 
 from __future__ import annotations
@@ -23,6 +39,7 @@ from typing import Any
 from whale_envs.data import bundled_path
 from whale_envs.math.problem import MathProblem
 from whale_envs.math.verify import last_boxed
+from whale_envs.tabular import field_ci, nested, read_rows, user_prompt
 from whale_envs.tasks import ListSource, Task, TaskSourceError, existing, json_lines
 
 
@@ -133,6 +150,100 @@ def load_math(
     return ListSource(name, tasks)
 
 
+# ------------------------------------------------------------------------------ the paper's data
+
+_DAPO_HEAD = "Solve the following math problem step by step."
+_DAPO_TAIL = "Remember to put your answer on its own line after"
+
+
+def unwrap_dapo_prompt(text: str) -> str:
+    """The problem inside DAPO's prompt wrapper (the text itself when it is not wrapped)."""
+    body = text.strip()
+    if body.startswith(_DAPO_HEAD) and "\n\n" in body:
+        body = body.split("\n\n", 1)[1]
+    if _DAPO_TAIL in body:
+        body = body.rsplit(_DAPO_TAIL, 1)[0]
+    return body.strip()
+
+
+def _ground_truth(record: dict, where: str) -> str:
+    truth = nested(record, "reward_model.ground_truth")
+    if isinstance(truth, dict):  # {"target": [...]} as in Search-R1's files
+        truth = truth.get("target")
+    if isinstance(truth, (list, tuple)) and truth:
+        truth = truth[0]
+    if isinstance(truth, (int, float)) and not isinstance(truth, bool):
+        truth = str(truth)
+    if not isinstance(truth, str) or not truth.strip():
+        raise TaskSourceError(f"{where}: missing or empty reward_model.ground_truth")
+    return truth.strip()
+
+
+def _load_verl_math(kind: str, path: str, *, dedup: bool) -> ListSource[MathProblem]:
+    tasks: list[Task[MathProblem]] = []
+    seen: set[str] = set()
+    ids: set[str] = set()
+    for row, where, record in read_rows(path, kind):
+        prompt = user_prompt(record) or record.get("problem") or record.get("question")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise TaskSourceError(f"{where}: no problem text (a 'prompt' chat list with a user message)")
+        problem = unwrap_dapo_prompt(prompt)
+        if dedup:
+            if problem in seen:
+                continue
+            seen.add(problem)
+        answer = _ground_truth(record, where)
+        index = nested(record, "extra_info.index")
+        task_id = str(index) if index is not None and str(index) not in ids else f"{kind}-{row}"
+        ids.add(task_id)
+        source = record.get("data_source") or kind
+        meta = {"difficulty": source, "data_source": source, "source": f"{kind}:{path}", "row": row}
+        tasks.append(Task(task_id, MathProblem(problem, answer), meta))
+    if not tasks:
+        raise TaskSourceError(f"{kind}:{path}: no rows")
+    return ListSource(f"{kind}:{path}", tasks)
+
+
+def load_dapo(path: str, *, dedup: bool = True) -> ListSource[MathProblem]:
+    """DAPO-Math-17K (verl parquet; see the module docstring)."""
+    return _load_verl_math("dapo", path, dedup=dedup)
+
+
+def load_verl_math(path: str, *, dedup: bool = False) -> ListSource[MathProblem]:
+    """Any verl-format math file (see the module docstring)."""
+    return _load_verl_math("verl", path, dedup=dedup)
+
+
+def load_aime(path: str) -> ListSource[MathProblem]:
+    """AIME 2024 / 2025 releases (see the module docstring)."""
+    tasks = []
+    for row, where, record in read_rows(path, "aime"):
+        problem = field_ci(record, "problem", "question")
+        answer = field_ci(record, "answer")
+        if not isinstance(problem, str) or not problem.strip():
+            raise TaskSourceError(f"{where}: missing or empty field 'problem' (or 'Problem')")
+        if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+            answer = str(int(answer)) if float(answer).is_integer() else str(answer)
+        if not isinstance(answer, str) or not answer.strip():
+            raise TaskSourceError(f"{where}: missing or empty field 'answer' (or 'Answer')")
+        raw_id = field_ci(record, "id", "unique_id")
+        year = field_ci(record, "year")
+        text_id = str(raw_id) if raw_id is not None else str(row)
+        if year is None and text_id[:4].isdigit():  # "2024-I-1"
+            year = text_id[:4]
+        task_id = (
+            f"aime{year}-{text_id}"
+            if year is not None and not text_id.startswith(str(year))
+            else f"aime-{text_id}"
+        )
+        source = f"aime{year}" if year is not None else "aime"
+        meta = {"difficulty": source, "data_source": source, "source": f"aime:{path}", "row": row}
+        tasks.append(Task(task_id, MathProblem(problem.strip(), answer.strip()), meta))
+    if not tasks:
+        raise TaskSourceError(f"aime:{path}: no rows")
+    return ListSource(f"aime:{path}", tasks)
+
+
 def _register() -> None:
     from whale_envs.math.generators import make_generated
     from whale_envs.tasks import register_generator, register_source
@@ -144,6 +255,11 @@ def _register() -> None:
     )
     register_source("math", "gsm8k", load_gsm8k, doc="GSM8K jsonl (bundled: the 1319-problem test split)")
     register_source("math", "math", load_math, doc="MATH jsonl (bundled: MATH-500)")
+    register_source(
+        "math", "dapo", load_dapo, path_required=True, doc="DAPO-Math-17K verl parquet (dedup=true)"
+    )
+    register_source("math", "aime", load_aime, path_required=True, doc="AIME 2024/2025 jsonl or parquet")
+    register_source("math", "verl", load_verl_math, path_required=True, doc="any verl-format math parquet")
 
 
 _register()

@@ -110,20 +110,26 @@ class SearchQuestion:
     Attributes:
         question: the question text shown to the agent.
         answers: the gold answer first, then its aliases; any of them scores 1.
-        corpus: the passages the agent can search (shared by all questions of a file source).
+        corpus: the passages the agent can search (shared by all questions of a file source); None when
+            the passages live behind a retrieval server only (Search-R1's 21M-passage Wikipedia).
         supporting: ids of the supporting (gold) passages in ``corpus``; None when the source names none
             (NQ-open with a user corpus), in which case only ``answer_retrieved`` is reported.
+        retriever: the URL of a retrieval server speaking Search-R1's API that the env searches instead
+            of ``corpus`` (the source's ``retriever=`` option); None = search ``corpus`` in process.
     """
 
     question: str
     answers: tuple[str, ...]
-    corpus: Corpus
+    corpus: Corpus | None
     supporting: tuple[str, ...] | None = None
+    retriever: str | None = None
 
     def __post_init__(self) -> None:
         if not self.answers:
             raise ValueError("a search question needs at least one gold answer")
-        if self.supporting is not None:
+        if self.corpus is None and self.supporting is not None:
+            raise ValueError("supporting passages need a corpus to be in")
+        if self.supporting is not None and self.corpus is not None:
             missing = [s for s in self.supporting if s not in self.corpus]
             if missing:
                 raise ValueError(f"supporting passage(s) {missing} are not in corpus {self.corpus.name!r}")

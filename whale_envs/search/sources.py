@@ -10,6 +10,19 @@ Spec strings (``tasks=`` of the env, or any ``--tasks``)::
     musique                        bundled: 100 MuSiQue-Ans train questions + their 1890-passage corpus
     musique:QUESTIONS.json[l][?corpus=CORPUS]
     nq:QUESTIONS.jsonl?corpus=CORPUS   NQ-open questions over the user's corpus
+    searchr1:FILE[?corpus=CORPUS][&retriever=URL][&data_sources=nq,hotpotqa]
+                                   Search-R1's verl parquet (the paper's NQ+HotpotQA train mixture and
+                                   its seven-benchmark test file); also jsonl, a folder of parquet
+                                   shards or a datasets.save_to_disk folder. ``verl:`` is the same
+                                   reader under the generic name.
+
+Search-R1 files: ``question``, ``golden_answers`` (else ``reward_model.ground_truth.target``),
+``data_source`` (``nq``, ``hotpotqa``, ... kept in ``meta["data_source"]``: ``whale eval`` reports each
+benchmark apart), ``id`` (task id ``<data_source>-<id>``; else ``extra_info.index``; else the row). The
+passages are the ``corpus=`` file searched in process, or, with ``retriever=URL``, whatever a retrieval
+server speaking Search-R1's API serves (``whale retriever serve``, or Search-R1's own server over its
+21M-passage Wikipedia); one of the two is needed (the env's ``retriever=`` also works). The paper uses
+each file whole: pass ``split="all"`` (the hash splits still apply to any other split name).
 
 The corpus of a HotpotQA or MuSiQue question file is, in order: the ``corpus=`` file; else a file
 ``<stem>_corpus.json`` (or ``.jsonl``) beside the question file; else every context paragraph of the
@@ -36,6 +49,7 @@ from typing import Any
 
 from whale_envs.data import bundled_path
 from whale_envs.search.corpus import Corpus, Passage, SearchQuestion, unique_ids
+from whale_envs.tabular import nested, read_rows, user_prompt
 from whale_envs.tasks import ListSource, Task, TaskSourceError, existing, json_lines
 
 HOTPOT_SAMPLES = {
@@ -389,6 +403,104 @@ def _build_nq(file: Path, name: str, corpus_file: Path) -> ListSource[SearchQues
     return _list_source(f"{name}?corpus={corpus_file}", tasks, file)
 
 
+# ------------------------------------------------------------------------------ Search-R1 (verl parquet)
+
+
+def _answers_of(record: dict, where: str) -> tuple[str, ...]:
+    answers = record.get("golden_answers")
+    if answers is None:
+        answers = nested(record, "reward_model.ground_truth.target")
+    if isinstance(answers, str):
+        answers = [answers]
+    if not isinstance(answers, (list, tuple)) or not answers:
+        raise TaskSourceError(
+            f"{where}: no gold answers ('golden_answers' or reward_model.ground_truth.target)"
+        )
+    clean = [str(a).strip() for a in answers if isinstance(a, (str, int, float)) and str(a).strip()]
+    if not clean:
+        raise TaskSourceError(f"{where}: the gold answers are all empty")
+    return tuple(dict.fromkeys(clean))
+
+
+def _question_of(record: dict, where: str) -> str:
+    question = record.get("question")
+    if not isinstance(question, str) or not question.strip():
+        prompt = user_prompt(record) or ""
+        question = prompt.rsplit("Question:", 1)[1] if "Question:" in prompt else ""
+    if not question.strip():
+        raise TaskSourceError(f"{where}: missing or empty field 'question'")
+    return " ".join(question.split())
+
+
+def load_searchr1(
+    path: str,
+    *,
+    corpus: str | None = None,
+    retriever: str | None = None,
+    data_sources: str | None = None,
+) -> ListSource[SearchQuestion]:
+    """Search-R1 / verl question files (see the module docstring)."""
+    return _load_searchr1("searchr1", path, corpus, retriever, data_sources)
+
+
+def load_verl_search(
+    path: str, *, corpus: str | None = None, retriever: str | None = None, data_sources: str | None = None
+) -> ListSource[SearchQuestion]:
+    """Any verl-format QA file: the ``searchr1`` reader under the generic name."""
+    return _load_searchr1("verl", path, corpus, retriever, data_sources)
+
+
+def _load_searchr1(
+    kind: str, path: str, corpus: str | None, retriever: str | None, data_sources: str | None
+) -> ListSource[SearchQuestion]:
+    if retriever is not None:
+        from whale_envs.search.remote import check_url
+
+        try:
+            check_url(retriever)
+        except ValueError as exc:
+            raise TaskSourceError(f"{kind}: {exc}") from None
+    file = Path(path).expanduser()
+    if not file.exists():
+        raise TaskSourceError(f"{kind}: file not found: {file}")
+    corpus_file = existing(corpus, "search corpus") if corpus is not None else None
+    keep = {s.strip() for s in str(data_sources).split(",") if s.strip()} if data_sources else None
+    key = (
+        kind,
+        str(file.resolve()),
+        file.stat().st_mtime_ns,
+        corpus_file and _file_key(corpus_file),
+        retriever,
+        data_sources,
+    )
+    if key in _SOURCES:
+        return _SOURCES[key]
+    shared = load_corpus(corpus_file) if corpus_file is not None else None
+    tasks: list[Task[SearchQuestion]] = []
+    seen: set[str] = set()
+    for row, where, record in read_rows(file, kind):
+        source = str(record.get("data_source") or kind)
+        if keep is not None and source not in keep:
+            continue
+        raw = record.get("id")
+        if raw is None:
+            raw = nested(record, "extra_info.index")
+        task_id = f"{source}-{raw}" if raw is not None else f"{source}-row{row}"
+        if task_id in seen:
+            task_id = f"{task_id}-row{row}"
+        seen.add(task_id)
+        qa = SearchQuestion(_question_of(record, where), _answers_of(record, where), shared, None, retriever)
+        meta = {"difficulty": source, "data_source": source, "source": f"{kind}:{path}", "row": row}
+        tasks.append(Task(task_id, qa, meta))
+    if not tasks:
+        wanted = f" with data_source in {sorted(keep)}" if keep else ""
+        raise TaskSourceError(f"{kind}:{path}: no questions{wanted}")
+    options = "&".join(f"{k}={v}" for k, v in (("corpus", corpus), ("retriever", retriever)) if v)
+    source = ListSource(f"{kind}:{path}" + (f"?{options}" if options else ""), tasks)
+    _SOURCES[key] = source
+    return source
+
+
 def clear_cache() -> None:
     """Forget the sources and corpora loaded so far (files are read again on next use)."""
     _SOURCES.clear()
@@ -414,6 +526,11 @@ def _register() -> None:
         doc="MuSiQue json/jsonl (bundled: 100 train questions)",
         shared=False,
     )
+    for kind, loader, doc in (
+        ("searchr1", load_searchr1, "Search-R1 verl parquet (corpus=PATH or retriever=URL)"),
+        ("verl", load_verl_search, "any verl-format QA parquet (corpus=PATH or retriever=URL)"),
+    ):
+        register_source("search", kind, loader, path_required=True, doc=doc, shared=False)
     register_source(
         "search",
         "nq",
