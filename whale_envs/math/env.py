@@ -29,6 +29,7 @@ from dataclasses import asdict
 from typing import Any
 
 from whale_envs import workers
+from whale_envs.math.dapo import VERIFIERS as DAPO_VERIFIERS
 from whale_envs.math.problem import MathProblem
 from whale_envs.math.verify import Verdict, boxed_contents, check
 from whale_envs.sandbox import Limits, SandboxResult, run_python
@@ -89,6 +90,9 @@ class MathEnv(TextEnv[MathProblem]):
         tool_limits: :class:`~whale_envs.sandbox.Limits` (or a dict of its fields) for each tool call.
         tool_output_chars: longest tool output shown in an observation.
         verify_timeout_s: time limit of the symbolic part of the verifier.
+        verifier: ``"whale"`` (default, :mod:`whale_envs.math.verify`), ``"dapo"`` (DAPO's strict
+            ``\\boxed{}`` string match, :mod:`whale_envs.math.dapo`) or ``"dapo_minerva"``. With a DAPO
+            verifier every action but ``python:`` is a final answer, judged on its whole text.
         split, task_options, render_mode (``**options``): as for every WHALE env (``TextEnv``).
     """
 
@@ -102,8 +106,13 @@ class MathEnv(TextEnv[MathProblem]):
         tool_limits: Limits | Mapping[str, Any] | None = None,
         tool_output_chars: int = 4000,
         verify_timeout_s: float = 5.0,
+        verifier: str = "whale",
         **options: Any,
     ):
+        if verifier != "whale" and verifier not in DAPO_VERIFIERS:
+            known = ", ".join(["whale", *DAPO_VERIFIERS])
+            raise ValueError(f"verifier must be one of {known}, got {verifier!r}")
+        self.verifier = verifier
         if not isinstance(max_tool_calls, int) or max_tool_calls < 0:
             raise ValueError(f"max_tool_calls must be a non-negative integer, got {max_tool_calls!r}")
         if tool_limits is None:
@@ -145,10 +154,15 @@ class MathEnv(TextEnv[MathProblem]):
         return ""
 
     def _apply(self, action: str) -> Outcome:
+        if self.verifier != "whale" and not _PYTHON.match(action.strip()):
+            verdict = DAPO_VERIFIERS[self.verifier](action, self.problem.answer)  # the whole response
+            return self._verdict_outcome(verdict)
         kind, body = parse_action(action)
         if kind == "python":
             return self._run_tool(body)
-        verdict = check(body, self.problem.answer, timeout_s=self.verify_timeout_s)
+        return self._verdict_outcome(check(body, self.problem.answer, timeout_s=self.verify_timeout_s))
+
+    def _verdict_outcome(self, verdict: Verdict) -> Outcome:
         self.verdict = verdict
         shown = verdict.extracted if len(verdict.extracted or "") <= 200 else verdict.extracted[:200] + "..."
         if verdict.solved:

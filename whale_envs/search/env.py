@@ -1,4 +1,5 @@
-"""``whale/SearchQA-v0``: multi-turn search question answering over a local BM25 retriever.
+"""``whale/SearchQA-v0``: multi-turn search question answering over a local BM25 retriever or a
+retrieval server (``retriever="http://HOST:PORT/retrieve"``, Search-R1's API, :mod:`.remote`).
 
 The agent sees a question and acts with text:
 
@@ -8,7 +9,8 @@ The agent sees a question and acts with text:
 * ``answer: <text>`` ends the episode. Reward 1.0 when the answer matches any gold alias after SQuAD
   normalization (lowercase, no punctuation, no articles, collapsed whitespace), else 0.0; with a
   ``judge`` (an OpenAI-compatible LLM, off by default) a non-matching answer the judge accepts also
-  scores 1.0.
+  scores 1.0. ``judge_mode="paper"`` runs the judge as the paper does: asked on every answer, its
+  verdict decides, and exact match decides only when the judge fails.
 
 The prefixes are case-insensitive; an empty, unknown or over-budget action costs a turn, changes nothing,
 and is explained in the observation and ``info["error"]`` (``info["error_kind"]``: ``malformed`` for
@@ -29,6 +31,7 @@ Nothing about the answer or the gold passages is in an observation or ``info`` b
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -37,6 +40,7 @@ from typing import Any
 from whale_envs import workers
 from whale_envs.search.corpus import SearchQuestion
 from whale_envs.search.judge import JudgeError, LLMJudge
+from whale_envs.search.remote import RemoteRetriever
 from whale_envs.search.retriever import Hit, Retriever, get_retriever
 from whale_envs.search.scoring import contains_answer, exact_match, f1_score
 from whale_envs.tasks import Task, TaskSource
@@ -66,6 +70,12 @@ def parse_action(action: str) -> tuple[str, str]:
 _EXAMPLE = {"search": "capital of France", "answer": "Paris"}
 
 
+@functools.lru_cache(maxsize=64)
+def _remote(url: str) -> RemoteRetriever:
+    """One client per URL for the process (a task source's ``retriever=`` option)."""
+    return RemoteRetriever(url)
+
+
 def cut(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, at a word boundary when one is near, marked ``...``."""
     if len(text) <= limit:
@@ -88,6 +98,11 @@ class SearchQAEnv(TextEnv[SearchQuestion]):
         max_searches: searches per episode (0 = answer closed-book).
         cache_dir: where BM25 indexes are cached (default ``$WHALE_CACHE_DIR`` or ``~/.cache/whale``).
         judge: an :class:`LLMJudge`, or a mapping of its fields, to accept answers exact match misses.
+        judge_mode: ``"rescue"`` (default: the judge is asked only when exact match fails) or
+            ``"paper"`` (asked on every answer; exact match only when the judge fails).
+        retriever: a retrieval server's URL (Search-R1's API), a :class:`RemoteRetriever`, or a mapping
+            of its fields (``url``, ``timeout``, ``retries``): every search goes there instead of the
+            task's corpus. Default: the task source's ``retriever=`` option, else BM25 in process.
         split, task_options, max_turns, render_mode (``**options``): as for every WHALE env (``TextEnv``).
     """
 
@@ -102,6 +117,8 @@ class SearchQAEnv(TextEnv[SearchQuestion]):
         max_searches: int = 4,
         cache_dir: str | os.PathLike | None = None,
         judge: LLMJudge | Mapping[str, Any] | None = None,
+        judge_mode: str = "rescue",
+        retriever: str | RemoteRetriever | Mapping[str, Any] | None = None,
         **options: Any,
     ):
         for name, value, lo, hi in (
@@ -115,7 +132,23 @@ class SearchQAEnv(TextEnv[SearchQuestion]):
             judge = LLMJudge(**judge)
         if judge is not None and not callable(judge):
             raise ValueError(f"judge must be an LLMJudge or a mapping of its fields, got {judge!r}")
+        if judge_mode not in ("rescue", "paper"):
+            raise ValueError(f"judge_mode must be 'rescue' or 'paper', got {judge_mode!r}")
+        if isinstance(retriever, str):
+            retriever = RemoteRetriever(retriever)
+        elif isinstance(retriever, Mapping):
+            retriever = RemoteRetriever(**retriever)
+        elif retriever is not None and not isinstance(retriever, RemoteRetriever):
+            raise ValueError(f"retriever must be a URL, a RemoteRetriever or a mapping, got {retriever!r}")
         super().__init__(tasks, **options)
+        first = self.source.get(self.task_ids[0]).payload if self.task_ids else None
+        if retriever is None and first is not None and first.corpus is None and first.retriever is None:
+            raise ValueError(
+                f"the questions of {self.source.name!r} have no local corpus: pass retriever=URL (a server "
+                "speaking Search-R1's API, e.g. 'whale retriever serve') or corpus=PATH in the task spec"
+            )
+        self.remote = retriever
+        self.judge_mode = judge_mode
         self.top_k = top_k
         self.passage_chars = passage_chars
         self.max_searches = max_searches
@@ -134,7 +167,7 @@ class SearchQAEnv(TextEnv[SearchQuestion]):
 
     def _start(self, task: Task[SearchQuestion]) -> str:
         self.qa = task.payload
-        self.retriever: Retriever = get_retriever(self.qa.corpus, cache_dir=self.cache_dir)
+        self.retriever: Retriever | RemoteRetriever = self._retriever_for(self.qa)
         self.searches = 0
         self.query: str | None = None
         self.hits: list[Hit] = []
@@ -147,6 +180,15 @@ class SearchQAEnv(TextEnv[SearchQuestion]):
         self.judge_error: str | None = None
         self.solved = False
         return ""
+
+    def _retriever_for(self, qa: SearchQuestion) -> Retriever | RemoteRetriever:
+        if self.remote is not None:
+            return self.remote
+        if qa.retriever is not None:
+            return _remote(qa.retriever)
+        if qa.corpus is None:
+            raise ValueError("this question has no local corpus and no retriever URL: pass retriever=URL")
+        return get_retriever(qa.corpus, cache_dir=self.cache_dir)
 
     def _apply(self, action: str) -> Outcome:
         kind, argument = parse_action(action)
@@ -179,7 +221,7 @@ class SearchQAEnv(TextEnv[SearchQuestion]):
         self.em = exact_match(prediction, qa.answers)
         self.f1 = f1_score(prediction, qa.answers)
         self.solved = self.em
-        if not self.em and self.judge is not None:
+        if self.judge is not None and (self.judge_mode == "paper" or not self.em):
             try:
                 self.judge_verdict = bool(self.judge(qa.question, qa.answers, prediction))
                 self.solved = self.judge_verdict
@@ -213,7 +255,7 @@ class SearchQAEnv(TextEnv[SearchQuestion]):
             "max_searches": self.max_searches,
             "top_k": self.top_k,
             "passage_chars": self.passage_chars,
-            "corpus_size": len(self.qa.corpus),
+            "corpus_size": len(self.qa.corpus) if self.qa.corpus is not None else None,
         }
 
     def _final_info(self) -> dict[str, Any]:

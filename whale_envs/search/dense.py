@@ -1,0 +1,292 @@
+"""Dense retrieval with e5 conventions: encoder, resumable index builds, flat and approximate indexes.
+
+    whale retriever build --corpus wiki.jsonl --encoder ./e5-base-v2 --out wiki-e5 [--kind ivfpq]
+    whale retriever serve --corpus wiki.jsonl --index wiki-e5
+
+Encoder (:class:`Encoder`): any local Hugging Face encoder folder (``intfloat/e5-base-v2`` as the
+paper, a sentence-transformers folder too: its transformer weights are at the top). Texts get e5's
+prefixes (``query: `` / ``passage: ``), token embeddings are mean-pooled over the attention mask and
+L2-normalized, so inner product = cosine. Passages are embedded as Search-R1 stores them,
+``"Title"\\ntext`` (the corpus ``contents``). Nothing is downloaded: the folder must be on disk.
+
+Index folder (:func:`build_index`): ``embeddings.f32`` (a raw float32 matrix, row i = passage i,
+written chunk by chunk and memory-mapped), ``progress.json`` (rows done: a build stopped at any point
+resumes there), ``index.faiss`` (``flat``: exact inner product; ``ivf``/``ivfpq``: approximate, for
+corpora whose vectors do not fit in RAM) and ``meta.json`` (written last; a folder without it is an
+unfinished build). Loading memory-maps what it can: the flat matrix, and FAISS's IVF lists.
+
+FAISS (``pip install 'whale-harness[retrieval]'``, faiss-cpu) is needed for ``ivf``/``ivfpq``; a
+``flat`` index works without it (exact search over the memory-mapped matrix with numpy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from whale_envs.search.corpus import Corpus, Passage
+
+INDEX_FORMAT = 1
+KINDS = ("flat", "ivf", "ivfpq")
+QUERY_PREFIX = "query: "
+PASSAGE_PREFIX = "passage: "
+
+
+class DenseIndexError(ValueError):
+    """A dense index cannot be built or loaded; the message names the folder or file and why."""
+
+
+def passage_text(p: Passage) -> str:
+    """How a passage is embedded: Search-R1's ``contents`` (``"Title"\\ntext``)."""
+    return f'"{p.title}"\n{p.text}'
+
+
+class Encoder:
+    """An e5-style text encoder from a local folder (see the module docstring).
+
+    Args:
+        path: a folder with a Hugging Face model and tokenizer (``config.json``, weights, tokenizer).
+        max_length: tokens per text (longer texts are cut).
+        batch_size: texts per forward pass.
+        query_prefix / passage_prefix: e5's prefixes ("" to turn them off for other encoders).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        max_length: int = 256,
+        batch_size: int = 64,
+        query_prefix: str = QUERY_PREFIX,
+        passage_prefix: str = PASSAGE_PREFIX,
+        device: str = "cpu",
+    ):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        folder = Path(path).expanduser()
+        if not (folder / "config.json").is_file():
+            raise DenseIndexError(f"encoder {folder}: not a model folder (no config.json)")
+        self.path = str(folder)
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        self.device = device
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+            self.model = AutoModel.from_pretrained(self.path, local_files_only=True).to(device).eval()
+        except (OSError, ValueError) as exc:
+            raise DenseIndexError(f"encoder {folder}: cannot load model/tokenizer: {exc}") from None
+        self._torch = torch
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    def encode(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
+        """float32 ``(len(texts), dim)``, rows L2-normalized; ``query`` picks the prefix."""
+        torch = self._torch
+        prefix = self.query_prefix if query else self.passage_prefix
+        out = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = [prefix + t for t in texts[start : start + self.batch_size]]
+            enc = self.tokenizer(
+                batch, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            ).to(self.device)
+            with torch.no_grad():
+                hidden = self.model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
+            out.append(pooled.float().cpu().numpy())
+        if not out:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.concatenate(out).astype(np.float32, copy=False)
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError:
+        raise DenseIndexError(
+            "this index kind needs FAISS: pip install 'whale-harness[retrieval]' (faiss-cpu)"
+        ) from None
+    return faiss
+
+
+def build_index(
+    corpus: Corpus,
+    encoder: Encoder,
+    out: str | os.PathLike,
+    *,
+    kind: str = "flat",
+    chunk: int = 1024,
+    nlist: int | None = None,
+    pq_m: int = 16,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Embed ``corpus`` into ``out`` and build its index (layout in the module docstring); resumes a
+    stopped build of the same corpus and encoder. ``progress(done, total)`` after every chunk."""
+    if kind not in KINDS:
+        raise DenseIndexError(f"index kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    folder = Path(out).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    n, dim = len(corpus), encoder.dim
+    plan = {"format": INDEX_FORMAT, "fingerprint": corpus.fingerprint, "passages": n, "dim": dim,
+            "encoder": encoder.path, "query_prefix": encoder.query_prefix,
+            "passage_prefix": encoder.passage_prefix, "max_length": encoder.max_length}  # fmt: skip
+    state_file = folder / "progress.json"
+    done = 0
+    if state_file.is_file():
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        if state.get("plan") == plan:
+            done = int(state.get("done", 0))
+    (folder / "meta.json").unlink(missing_ok=True)  # unfinished until written again
+    matrix_file = folder / "embeddings.f32"
+    mode = "r+" if done and matrix_file.is_file() else "w+"
+    if mode == "w+":
+        done = 0
+    matrix = np.memmap(matrix_file, dtype=np.float32, mode=mode, shape=(n, dim))
+    start = time.perf_counter()
+    while done < n:
+        stop = min(n, done + chunk)
+        matrix[done:stop] = encoder.encode([passage_text(p) for p in corpus.passages[done:stop]], query=False)
+        matrix.flush()
+        done = stop
+        state_file.write_text(json.dumps({"plan": plan, "done": done}), encoding="utf-8")
+        if progress is not None:
+            progress(done, n)
+    del matrix
+    vectors = np.memmap(matrix_file, dtype=np.float32, mode="r", shape=(n, dim))
+    if kind != "flat" or _has_faiss():
+        index = _train_index(np.asarray(vectors), kind, nlist, pq_m)
+        _faiss().write_index(index, str(folder / "index.faiss"))
+    meta = {**plan, "kind": kind, "build_seconds": round(time.perf_counter() - start, 2)}
+    (folder / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    return folder
+
+
+def _has_faiss() -> bool:
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _train_index(vectors: np.ndarray, kind: str, nlist: int | None, pq_m: int) -> Any:
+    faiss = _faiss()
+    n, dim = vectors.shape
+    if kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    else:
+        lists = nlist or max(1, min(65536, int(4 * np.sqrt(n))))
+        lists = min(lists, n)
+        quantizer = faiss.IndexFlatIP(dim)
+        if kind == "ivf":
+            index = faiss.IndexIVFFlat(quantizer, dim, lists, faiss.METRIC_INNER_PRODUCT)
+        else:
+            if dim % pq_m:
+                raise DenseIndexError(f"ivfpq: pq_m={pq_m} must divide the embedding size {dim}")
+            bits = 8 if n >= 256 * 39 else max(1, min(8, int(np.log2(max(2, n // 39)))))
+            index = faiss.IndexIVFPQ(quantizer, dim, lists, pq_m, bits, faiss.METRIC_INNER_PRODUCT)
+        sample = vectors[np.random.default_rng(0).permutation(n)[: max(lists * 39, 256 * 39)]]
+        index.train(np.ascontiguousarray(sample))
+        index.nprobe = min(lists, 16)
+    for start in range(0, n, 65536):
+        index.add(np.ascontiguousarray(vectors[start : start + 65536]))
+    return index
+
+
+class DenseIndex:
+    """A built index folder over its corpus, ready to search (thread-safe for queries).
+
+    Args:
+        folder: what :func:`build_index` wrote.
+        corpus: the same corpus (checked by fingerprint).
+        encoder: the query encoder; default the one named in ``meta.json``.
+        nprobe: lists visited per query by an IVF index (recall against speed).
+    """
+
+    name = "dense"
+
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        corpus: Corpus,
+        encoder: Encoder | None = None,
+        *,
+        nprobe: int | None = None,
+    ):
+        self.folder = Path(folder).expanduser()
+        meta_file = self.folder / "meta.json"
+        if not meta_file.is_file():
+            raise DenseIndexError(
+                f"{self.folder}: no meta.json (not an index, or an unfinished build: run build again)"
+            )
+        self.meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        if self.meta.get("format") != INDEX_FORMAT:
+            raise DenseIndexError(
+                f"{self.folder}: index format {self.meta.get('format')} != {INDEX_FORMAT}: rebuild"
+            )
+        if self.meta.get("fingerprint") != corpus.fingerprint:
+            raise DenseIndexError(
+                f"{self.folder}: built over another corpus than {corpus.name!r} (fingerprints differ)"
+            )
+        self.corpus = corpus
+        self.kind = self.meta["kind"]
+        self.encoder = encoder or Encoder(
+            self.meta["encoder"], query_prefix=self.meta["query_prefix"],
+            passage_prefix=self.meta["passage_prefix"], max_length=self.meta["max_length"],
+        )  # fmt: skip
+        if self.encoder.dim != self.meta["dim"]:
+            raise DenseIndexError(
+                f"{self.folder}: the encoder's size {self.encoder.dim} != the index's {self.meta['dim']}"
+            )
+        self.index = None
+        self.matrix = None
+        if (self.folder / "index.faiss").is_file() and _has_faiss():
+            faiss = _faiss()
+            try:
+                self.index = faiss.read_index(str(self.folder / "index.faiss"), faiss.IO_FLAG_MMAP)
+            except RuntimeError:
+                self.index = faiss.read_index(str(self.folder / "index.faiss"))
+            if nprobe is not None and hasattr(self.index, "nprobe"):
+                self.index.nprobe = nprobe
+        elif self.kind == "flat":
+            n, dim = self.meta["passages"], self.meta["dim"]
+            self.matrix = np.memmap(
+                self.folder / "embeddings.f32", dtype=np.float32, mode="r", shape=(n, dim)
+            )
+        else:
+            _faiss()  # raises the install hint
+
+    def __len__(self) -> int:
+        return len(self.corpus)
+
+    def search_vectors(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, row ids) of the ``k`` nearest passages of each query vector; ids -1 = none."""
+        k = min(k, len(self.corpus))
+        if self.index is not None:
+            return self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+        scores = queries @ np.asarray(self.matrix).T
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        order = np.take_along_axis(scores, top, axis=1).argsort(axis=1)[:, ::-1]
+        ids = np.take_along_axis(top, order, axis=1)
+        return np.take_along_axis(scores, ids, axis=1), ids
+
+    def search_batch(self, queries: Sequence[str], k: int) -> list[list[tuple[Passage, float]]]:
+        if not queries:
+            return []
+        scores, ids = self.search_vectors(self.encoder.encode(list(queries), query=True), k)
+        return [
+            [(self.corpus[int(i)], float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
+            for row_s, row_i in zip(scores, ids, strict=True)
+        ]
