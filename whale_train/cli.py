@@ -164,6 +164,7 @@ def evaluate(args: argparse.Namespace) -> dict:
         )
     wall = time.monotonic() - start
     summary = summarize(trajs)
+    summary["by_data_source"] = by_data_source(env.source, summary["per_task"])
     results = {
         "env": args.env,
         "task_source": env.source.name,
@@ -191,6 +192,21 @@ def evaluate(args: argparse.Namespace) -> dict:
         write_jsonl(trajs, out / "traces.jsonl")
         console.print(f"wrote {out / 'results.json'} and {out / 'traces.jsonl'}")
     return results
+
+
+def by_data_source(source, per_task: dict[str, float]) -> dict[str, dict]:
+    """mean per ``meta["data_source"]`` (Search-R1's benchmarks, aime2024/2025), plus their macro
+    ``average`` when there are several; {} when the source names none."""
+    groups: dict[str, list[float]] = {}
+    for task_id, value in per_task.items():
+        name = source.get(task_id).meta.get("data_source")
+        if name is not None:
+            groups.setdefault(str(name), []).append(value)
+    out = {k: {"tasks": len(v), "mean": sum(v) / len(v)} for k, v in sorted(groups.items())}
+    if len(out) > 1:
+        means = [d["mean"] for d in out.values()]
+        out["average"] = {"tasks": sum(d["tasks"] for d in out.values()), "mean": sum(means) / len(means)}
+    return out
 
 
 def _limits(args: argparse.Namespace):
@@ -235,6 +251,10 @@ def _print_results(r: dict) -> None:
     table.add_row("tasks × k", f"{r['tasks']} × {r['k']}")
     for diff, d in r["by_difficulty"].items():
         table.add_row(f"  difficulty {diff}", f"{100 * d['mean']:.1f}% ({d['tasks']} tasks)")
+    for name, d in r.get("by_data_source", {}).items():
+        if name in r["by_difficulty"]:  # the paper's sources use the data source as difficulty
+            continue
+        table.add_row(f"  data source {name}", f"{100 * d['mean']:.1f}% ({d['tasks']} tasks)")
     for name, n in r["failures"].items():
         table.add_row(f"  failed: {name}", str(n))
     table.add_row("LLM calls", str(r["llm_calls"]))
@@ -365,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
         "whale_train.report",
         "whale_train.compare",
         "whale_train.traces",
+        "whale_train.retriever_cli",
     ):
         importlib.import_module(module).add_parser(sub)
     from whale_envs.sandbox import OPT_IN_ENV, OPT_IN_FLAG

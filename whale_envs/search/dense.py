@@ -226,12 +226,7 @@ class DenseIndex:
         nprobe: int | None = None,
     ):
         self.folder = Path(folder).expanduser()
-        meta_file = self.folder / "meta.json"
-        if not meta_file.is_file():
-            raise DenseIndexError(
-                f"{self.folder}: no meta.json (not an index, or an unfinished build: run build again)"
-            )
-        self.meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        self.meta = self.read_meta(self.folder)
         if self.meta.get("format") != INDEX_FORMAT:
             raise DenseIndexError(
                 f"{self.folder}: index format {self.meta.get('format')} != {INDEX_FORMAT}: rebuild"
@@ -267,6 +262,19 @@ class DenseIndex:
             )
         else:
             _faiss()  # raises the install hint
+
+    @staticmethod
+    def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
+        """The ``meta.json`` of an index folder; DenseIndexError when it is not a finished index."""
+        meta_file = Path(folder).expanduser() / "meta.json"
+        if not meta_file.is_file():
+            raise DenseIndexError(
+                f"{folder}: no meta.json (not an index, or an unfinished build: run build again)"
+            )
+        try:
+            return json.loads(meta_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DenseIndexError(f"{meta_file}: unreadable: {exc}") from None
 
     def __len__(self) -> int:
         return len(self.corpus)

@@ -1,0 +1,140 @@
+"""``whale retriever``: build a dense index and serve retrieval in Search-R1's API.
+
+    whale retriever build --corpus wiki.jsonl --encoder ./e5-base-v2 --out wiki-e5 [--kind flat|ivf|ivfpq]
+    whale retriever serve --corpus wiki.jsonl [--index wiki-e5] [--host 127.0.0.1] [--port 8000]
+
+``build`` embeds every passage (e5 prefixes, mean pooling, normalized vectors) into ``--out``, chunk
+by chunk: stop it at any point and run the same command again to resume. ``serve`` answers
+``POST /retrieve {"queries", "topk", "return_scores"}`` with BM25 (no ``--index``) or the dense index,
+batching concurrent requests; point the env at it with ``retriever="http://HOST:PORT/retrieve"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "retriever",
+        help="build a dense passage index; serve BM25 or dense retrieval in Search-R1's API",
+        description=__doc__.split("\n\n")[0],
+    )
+    sub = p.add_subparsers(dest="retriever_command", metavar="ACTION", required=True)
+
+    b = sub.add_parser("build", help="embed a corpus with a local encoder and build a FAISS index")
+    b.add_argument(
+        "--corpus", required=True, help="corpus file (jsonl of id/contents or title/text, json, tsv)"
+    )
+    b.add_argument(
+        "--encoder", required=True, help="a local encoder folder (e.g. e5-base-v2); never downloaded"
+    )
+    b.add_argument("--out", required=True, help="index folder (created; an unfinished build there resumes)")
+    b.add_argument(
+        "--kind",
+        choices=("flat", "ivf", "ivfpq"),
+        default="flat",
+        help="flat: exact (the paper's); ivf / ivfpq: approximate, for corpora too big for RAM",
+    )
+    b.add_argument("--batch-size", type=int, default=64, help="passages per encoder forward pass")
+    b.add_argument("--max-length", type=int, default=256, help="tokens per passage")
+    b.add_argument("--chunk", type=int, default=4096, help="passages embedded between two resume points")
+    b.add_argument("--nlist", type=int, default=None, help="IVF lists (default 4 * sqrt(passages))")
+    b.add_argument(
+        "--pq-m", type=int, default=16, help="PQ sub-vectors of ivfpq (divides the embedding size)"
+    )
+    b.add_argument("--device", default="cpu", help="torch device of the encoder (cuda on a GPU machine)")
+    b.set_defaults(func=cmd_build)
+
+    s = sub.add_parser("serve", help="serve retrieval over HTTP in Search-R1's API")
+    s.add_argument("--corpus", required=True, help="the corpus file the passages come from")
+    s.add_argument("--index", default=None, help="a 'whale retriever build' folder (default: BM25)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 = every interface)")
+    s.add_argument("--port", type=int, default=8000, help="port (0 = any free port, printed)")
+    s.add_argument("--max-batch", type=int, default=64, help="queries per backend call across requests")
+    s.add_argument("--nprobe", type=int, default=None, help="IVF lists visited per query (recall vs speed)")
+    s.add_argument("--device", default="cpu", help="torch device of the query encoder")
+    s.set_defaults(func=cmd_serve)
+
+
+def _corpus(path: str):
+    from whale_envs.search.sources import load_corpus
+
+    return load_corpus(path)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from whale_envs.search.dense import DenseIndexError, Encoder, build_index
+    from whale_train.cli import CLIError, console
+
+    corpus = _corpus(args.corpus)
+    try:
+        encoder = Encoder(
+            args.encoder, batch_size=args.batch_size, max_length=args.max_length, device=args.device
+        )
+        with Progress(
+            "[bold]embedding", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
+        ) as bar:
+            job = bar.add_task("embed", total=len(corpus))
+            folder = build_index(
+                corpus,
+                encoder,
+                args.out,
+                kind=args.kind,
+                chunk=args.chunk,
+                nlist=args.nlist,
+                pq_m=args.pq_m,
+                progress=lambda done, _n: bar.update(job, completed=done),
+            )
+    except DenseIndexError as exc:
+        raise CLIError(str(exc)) from None
+    console.print(f"built a {args.kind} index of {len(corpus)} passages in {folder}")
+    return 0
+
+
+def make_backend(corpus_path: str, index: str | None, *, nprobe: int | None = None, device: str = "cpu"):
+    """BM25 over the corpus, or the dense index folder ``index`` over it."""
+    corpus = _corpus(corpus_path)
+    if index is None:
+        from whale_envs.search.server import BM25Backend
+
+        return BM25Backend(corpus)
+    from whale_envs.search.dense import DenseIndex, Encoder
+
+    meta = DenseIndex.read_meta(index)
+    encoder = Encoder(
+        meta["encoder"],
+        query_prefix=meta["query_prefix"],
+        passage_prefix=meta["passage_prefix"],
+        max_length=meta["max_length"],
+        device=device,
+    )
+    return DenseIndex(index, corpus, encoder, nprobe=nprobe)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from whale_envs.search.dense import DenseIndexError
+    from whale_envs.search.server import RetrievalServer
+    from whale_train.cli import CLIError, console
+
+    try:
+        backend = make_backend(args.corpus, args.index, nprobe=args.nprobe, device=args.device)
+    except DenseIndexError as exc:
+        raise CLIError(str(exc)) from None
+    try:
+        server = RetrievalServer(backend, args.host, args.port, max_batch=args.max_batch)
+    except OSError as exc:
+        raise CLIError(f"cannot listen on {args.host}:{args.port}: {exc}") from None
+    console.print(f"serving {backend.name} retrieval over {len(backend)} passages at {server.url}")
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        server.batcher.close()
+    return 0
