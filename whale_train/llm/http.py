@@ -26,11 +26,13 @@ def post_json(
     timeout: float = 120.0,
     retries: int = 3,
     error: type[Exception] = RuntimeError,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """POST ``body`` as JSON to ``base_url + path`` and return the decoded answer; failures after
-    ``retries`` attempts raise ``error`` with a message that starts with ``path``."""
+    ``retries`` attempts raise ``error`` with a message that starts with ``path``. ``headers`` are
+    added to the request (e.g. Anthropic's ``x-api-key`` instead of the bearer ``api_key``)."""
     data = json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **(headers or {})}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     last: Exception = error(f"{path}: no attempt made (retries={retries})")

@@ -44,6 +44,17 @@ SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 HIDDEN_INFO = ("answer", "answers", "gold", "solution", "supporting")
 
 
+def public_trace(traj: Trajectory) -> dict[str, Any]:
+    """A trajectory as a proposer may read it: token ids dropped, gold answers (``HIDDEN_INFO``) hidden."""
+    d = traj.to_dict()
+    for call in d["calls"]:
+        call["prompt_ids"] = call["completion_ids"] = None
+    for k in HIDDEN_INFO:
+        if k in d["final_info"]:
+            d["final_info"][k] = "<hidden>"
+    return d
+
+
 def candidate_id(iteration: int, slot: int) -> str:
     """The id of slot ``slot`` of iteration ``iteration``: the same on every run, so a re-run iteration
     finds what is already on disk."""
@@ -173,15 +184,7 @@ class Archive:
         """Store a score (and its traces first: the eval record is what commits them)."""
         folder = self.root / cid
         if trajs is not None:
-            lines = []
-            for t in trajs:
-                d = t.to_dict()
-                for call in d["calls"]:
-                    call["prompt_ids"] = call["completion_ids"] = None
-                for k in HIDDEN_INFO:
-                    if k in d["final_info"]:
-                        d["final_info"][k] = "<hidden>"
-                lines.append(json.dumps(d, ensure_ascii=False, default=str))
+            lines = [json.dumps(public_trace(t), ensure_ascii=False, default=str) for t in trajs]
             atomic_write_text(folder / "traces" / f"{version}.jsonl", "".join(x + "\n" for x in lines))
         atomic_write_json(folder / "evals" / f"{version}.json", record)
         return record

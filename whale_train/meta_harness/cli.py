@@ -1,7 +1,7 @@
 """``whale search`` (harness-only search on a frozen model) and ``whale lineage`` (the archive report).
 
     whale search --env whale/Math-v0 --iterations 4 [--model DIR] [--tasks SPEC] [--out DIR]
-                 [--proposer offline|llm] [--prompt-only] [--config search.yaml] [--set key=value ...]
+                 [--proposer offline|llm|agent] [--llm-api openai|anthropic] [--prompt-only] [--config search.yaml] [--set key=value ...]
 
 writes ``OUT/archive/`` (the search), ``OUT/lineage.md`` and ``OUT/results.json``, and scores the seed
 and the final incumbent on the held-out ``test`` split (``OUT/test/``, outside the archive, so no
@@ -42,7 +42,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
     p.add_argument("--harness", default=None, help="the seed harness (default: the domain's h0)")
     p.add_argument("--out", default=None, help="output folder (default: runs/search-<domain>)")
-    p.add_argument("--proposer", default=None, choices=["offline", "llm"])
+    p.add_argument(
+        "--proposer",
+        default=None,
+        choices=["offline", "llm", "agent"],
+        help="offline (default; no LLM), llm (a chat model with archive file tools) or agent (a chat model "
+        "that also runs commands in a jail and tries candidates on train tasks)",
+    )
     p.add_argument(
         "--prompt-only", action="store_true", help="change only the seed's prompt text (FST baseline)"
     )
@@ -53,7 +59,17 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--candidates", type=count(1), default=None, help="candidates per iteration (default 3)")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--llm-base-url", default=None, help="the LLM proposer's OpenAI-compatible endpoint")
+    p.add_argument(
+        "--llm-base-url",
+        default=None,
+        help="the proposer's endpoint: OpenAI-compatible .../v1, or Anthropic's (default for --llm-api anthropic)",
+    )
+    p.add_argument(
+        "--llm-api",
+        default=None,
+        choices=["openai", "anthropic"],
+        help="the agent proposer's API: openai (chat completions: OpenAI, vLLM, gateways) or anthropic",
+    )
     p.add_argument("--llm-model", default=None, help="the LLM proposer's model name")
     p.add_argument("--test-limit", type=count(0), default=256, help="test-split tasks to score (0: skip)")
     p.add_argument("--test-k", type=count(1), default=1, help="samples per test task")
@@ -76,6 +92,7 @@ def search_config(args: argparse.Namespace) -> MetaHarnessConfig:
         "proposer": args.proposer,
         "llm_base_url": args.llm_base_url,
         "llm_model": args.llm_model,
+        "llm_api": args.llm_api,
         "prompt_only": True if args.prompt_only else None,
     }
     flags = {k: v for k, v in flags.items() if v is not None}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from whale_train.config_io import Config, at_least, option
 
-PROPOSERS = ("offline", "llm")
+PROPOSERS = ("offline", "llm", "agent")
 
 
 @dataclass
@@ -30,8 +30,10 @@ class MetaHarnessConfig(Config):
     )
     proposer: str = option(
         "offline",
-        "offline (no LLM; composes mechanisms from a per-domain library) or llm (an OpenAI-compatible chat "
-        "model reading the archive through file tools)",
+        "offline (no LLM; composes mechanisms from a per-domain library), llm (an OpenAI-compatible chat "
+        "model reading the archive through file tools) or agent (a chat model on the OpenAI or Anthropic API "
+        "that also runs shell commands in a jail and tries candidates on train tasks: Meta-Harness's "
+        "coding-agent proposer)",
     )
     prompt_only: bool = option(
         False,
@@ -63,14 +65,35 @@ class MetaHarnessConfig(Config):
         None, "the proposer's OpenAI-compatible endpoint (.../v1), for proposer llm"
     )
     llm_model: str | None = option(None, "the proposer model's name")
+    llm_api: str = option(
+        "openai",
+        "proposer agent: the wire format, openai (chat completions with tool calls: OpenAI, vLLM, most "
+        "gateways) or anthropic (the Messages API; llm_base_url defaults to Anthropic's)",
+    )
     llm_api_key_env: str = option(
-        "OPENAI_API_KEY", "the environment variable holding its API key (may be unset for local servers)"
+        "OPENAI_API_KEY",
+        "the environment variable holding its API key (may be unset for local servers); with llm_api "
+        "anthropic the default name reads ANTHROPIC_API_KEY",
     )
     llm_max_turns: int = option(30, "chat turns (tool calls included) per proposer conversation")
     llm_temperature: float = option(0.7, "the proposer's sampling temperature")
     llm_timeout: float = option(300.0, "seconds per proposer request")
     llm_price_prompt: float = option(0.0, "USD per million prompt tokens, to record the proposer's cost")
     llm_price_completion: float = option(0.0, "USD per million completion tokens")
+    llm_max_tokens: int = option(4096, "proposer agent: max_tokens of one reply")
+    agent_run_seconds: float = option(
+        60.0, "proposer agent: wall-clock seconds of one run(command) in the jail (CPU seconds too)"
+    )
+    agent_memory_mb: int = option(2048, "proposer agent: address space per process in the jail (MiB)")
+    agent_scratch_mb: int = option(256, "proposer agent: size of the iteration's scratch folder (MiB)")
+    agent_try_tasks: int = option(
+        8, "proposer agent: the most train tasks one try_candidate may roll out (its n is capped here)"
+    )
+    agent_try_budget: int = option(
+        32,
+        "proposer agent: try_candidate rollouts allowed per iteration (charged as proposer rollouts, "
+        "reported apart from the candidates' scoring)",
+    )
 
     def validate(self) -> None:
         at_least(
@@ -85,7 +108,15 @@ class MetaHarnessConfig(Config):
             "max_llm_calls",
             "max_tokens",
             "llm_max_turns",
+            "llm_max_tokens",
+            "agent_memory_mb",
+            "agent_scratch_mb",
+            "agent_try_tasks",
         )
+        if self.agent_run_seconds <= 0 or self.agent_try_budget < 0:
+            raise ValueError("agent_run_seconds must be > 0 and agent_try_budget >= 0")
+        if self.llm_api not in ("openai", "anthropic"):
+            raise ValueError(f"unknown llm_api {self.llm_api!r}; known: openai, anthropic")
         if self.candidates > 10:
             raise ValueError(f"MetaHarnessConfig.candidates must be <= 10, got {self.candidates}")
         if self.proposer not in PROPOSERS:
@@ -94,6 +125,10 @@ class MetaHarnessConfig(Config):
             raise ValueError("accept_z and accept_min_gain must be >= 0")
         if self.proposer == "llm" and not (self.llm_base_url and self.llm_model):
             raise ValueError("proposer 'llm' needs llm_base_url and llm_model")
+        if self.proposer == "agent" and not self.llm_model:
+            raise ValueError("proposer 'agent' needs llm_model")
+        if self.proposer == "agent" and self.llm_api == "openai" and not self.llm_base_url:
+            raise ValueError("proposer 'agent' with llm_api openai needs llm_base_url (.../v1)")
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> MetaHarnessConfig:

@@ -109,4 +109,27 @@ def lineage_report(archive_dir: str | Path, hypothesis_chars: int = 400) -> str:
         tokens = sum(u.get("prompt_tokens", 0) + u.get("completion_tokens", 0) for u in usage)
         cost = sum(u.get("cost_usd", 0.0) for u in usage)
         out += ["", f"Proposer usage: {tokens} tokens, ${cost:.4f}."]
+    agent = [r for r in records if "runs" in (r.get("proposer_usage") or {})]
+    if agent:
+        out += ["", *agent_lines(agent)]
     return "\n".join(out) + "\n"
+
+
+def agent_lines(records: list[dict]) -> list[str]:
+    """The measured agent proposer, per iteration: turns, tool calls, prototype runs, tries, tokens, cost."""
+    out = [
+        "Proposer (agent): per iteration, model requests (turns), tool calls, prototype runs in the jail "
+        "(failed or refused), try_candidate rollouts on train tasks (charged apart from scoring), tokens, "
+        "cost and wall time.",
+        "",
+    ]
+    for r in records:
+        u = r["proposer_usage"]
+        tokens = u.get("prompt_tokens", 0) + u.get("completion_tokens", 0)
+        out.append(
+            f"- iteration {r['iteration']}: {u.get('requests', 0)} turns, {u.get('tool_calls', 0)} tool calls, "
+            f"{u.get('runs', 0)} prototype runs ({u.get('runs_failed', 0)} failed), {u.get('tries', 0)} tries, "
+            f"{r.get('proposer_rollouts', 0)} try rollouts, {tokens} tokens, ${u.get('cost_usd', 0.0):.4f}, "
+            f"{u.get('wall_seconds', 0.0):.0f} s"
+        )
+    return out

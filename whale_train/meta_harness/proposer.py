@@ -24,6 +24,8 @@ class ProposalContext:
         seed: the search seed.
         seed_id: the seed harness's id.
         prompt_only: only the seed's string constants may change.
+        llm: the model candidates are scored with (the agent proposer's ``try_candidate`` rolls out
+            with it; None where no rollout may be spent).
     """
 
     archive: Archive
@@ -37,6 +39,7 @@ class ProposalContext:
     seed: int
     seed_id: str
     prompt_only: bool = False
+    llm: Any = None
 
     def eval(self, cid: str) -> dict[str, Any] | None:
         """``cid``'s eval record at the current model version (None if not scored under it)."""

@@ -84,7 +84,10 @@ class IterationReport(Mapping):
         rollouts: model rollouts charged to this step (scoring and re-scoring).
         check_episodes: null-model episodes of ``check_harness`` (no model; not charged).
         frontier: the best ids under ``model_version`` after the step, best first.
-        proposer_usage: the proposer's tokens and cost in this step.
+        proposer_usage: the proposer's tokens and cost in this step (the agent proposer adds its turns,
+            tool calls, prototype runs, tries and wall seconds).
+        proposer_rollouts: model rollouts the proposer itself spent (the agent's ``try_candidate`` on
+            train tasks): charged apart, not included in ``rollouts``.
         proposer_error: why the proposer gave fewer candidates than asked (None when it did not fail).
         rescore_rollouts: rollouts of the rescore this iteration ran first because the model version was
             new (included in ``rollouts``); ``triggered_by``: on a rescore, that iteration.
@@ -106,6 +109,7 @@ class IterationReport(Mapping):
     frontier: list[str]
     proposer_usage: dict[str, Any] = field(default_factory=dict)
     proposer_error: str | None = None
+    proposer_rollouts: int = 0
     rescore_rollouts: int = 0
     triggered_by: int | None = None
     wall_seconds: float = 0.0
@@ -351,6 +355,7 @@ class HarnessSearch:
             check_episodes=sum(r.check_episodes for r in results),
             proposer_usage=proposer_usage,
             proposer_error=proposer_error,
+            proposer_rollouts=int(proposer_usage.get("try_rollouts", 0)),
             rescore_rollouts=rescore_rollouts,
         )
 
@@ -420,6 +425,7 @@ class HarnessSearch:
             seed=self.config.seed,
             seed_id=self.seed_id,
             prompt_only=self.config.prompt_only,
+            llm=self.llm,
         )
         error = None
         try:
@@ -567,6 +573,10 @@ def make_proposer(config: MetaHarnessConfig, env_kwargs: dict[str, Any] | None =
         from whale_train.meta_harness.llm_proposer import LLMProposer
 
         return LLMProposer.from_config(config, env_kwargs)
+    if config.proposer == "agent":
+        from whale_train.meta_harness.agent_proposer import AgentProposer
+
+        return AgentProposer.from_config(config, env_kwargs)
     from whale_train.meta_harness.offline import OfflineProposer
 
     return OfflineProposer()
