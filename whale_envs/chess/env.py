@@ -8,6 +8,11 @@
 * Moves are accepted in UCI (``e2e4``, ``e7e8q``) and SAN (``Nf3``, ``O-O``, ``exd8=Q``, with or
   without ``+``/``#``). An illegal or malformed move costs a turn, changes nothing, and is explained in
   the observation and ``info["error"]``.
+* Retry budgets (the paper's chess env, off by default): ``format_retries=N`` ends the episode with
+  reward 0 at the ``N+1``-th malformed action, ``illegal_retries=N`` at the ``N+1``-th illegal move
+  (the reference runs 1 and 1); within the budget a bad action costs a turn as always. ``max_turns``
+  is the turn limit (the reference's harness sets 9). ``info`` reports ``format_retries_left`` /
+  ``illegal_retries_left`` (None when unlimited).
 * ``info``: ``fen``, ``board`` (the text diagram), ``side_to_move``, ``legal_moves_uci``, ``legal_moves_san`` (bare SAN: no ``+``/``#``,
   which would name the mate), ``last_opponent_move`` (+ ``_san``), ``solver_move_number``, ``goal``; at the
   end also ``solved``, ``solution`` (the reference line or the bm/am moves) and ``played``.
@@ -31,10 +36,26 @@ class ChessEnv(TextEnv[ChessPuzzle]):
     """Chess puzzles as a text environment. ``tasks``: ``generated`` (default), ``lichess[:PATH]``, ``epd[:PATH]``.
 
     ``max_turns`` defaults to ``2 * solver moves + 2``: room for one mistaken action per move.
+    ``format_retries`` / ``illegal_retries``: malformed / illegal actions forgiven per episode before
+    the next one fails it (None = no budget, only ``max_turns``; see the module docstring).
     """
 
     domain = "chess"
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+
+    def __init__(
+        self,
+        tasks: Any = "generated",
+        *,
+        format_retries: int | None = None,
+        illegal_retries: int | None = None,
+        **options: Any,
+    ):
+        for name, value in (("format_retries", format_retries), ("illegal_retries", illegal_retries)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")
+        self.retry_budget = {"malformed": format_retries, "illegal": illegal_retries}
+        super().__init__(tasks, **options)
 
     def render(self) -> Any:
         if self.render_mode == "rgb_array":
@@ -60,12 +81,21 @@ class ChessEnv(TextEnv[ChessPuzzle]):
             before = chess.Board(self.puzzle.fen)
             self.last_opponent_san = bare_san(before, self.last_opponent)
         self.solved = False
+        self.retries_used = {"malformed": 0, "illegal": 0}
         return ""
 
     def _apply(self, action: str) -> Outcome:
         try:
             move = parse_move(self.board, action)
         except MoveParseError as exc:
+            budget = self.retry_budget.get(exc.kind)
+            if budget is not None and self.retries_used[exc.kind] >= budget:
+                what = "format" if exc.kind == "malformed" else "illegal-move"
+                self.retries_used[exc.kind] += 1
+                return self._finish(
+                    False, f"Error: {exc}\nNo {what} retries left ({budget}). The puzzle is failed."
+                )
+            self.retries_used[exc.kind] += 1
             raise ActionError(str(exc), exc.kind) from None
         shown = bare_san(self.board, move)
         self.played.append(move.uci())
@@ -117,7 +147,13 @@ class ChessEnv(TextEnv[ChessPuzzle]):
             "last_opponent_move_san": self.last_opponent_san,
             "solver_move_number": len(self.played) + (0 if self.done else 1),
             "goal": self.puzzle.goal,
+            "format_retries_left": self._left("malformed"),
+            "illegal_retries_left": self._left("illegal"),
         }
+
+    def _left(self, kind: str) -> int | None:
+        budget = self.retry_budget[kind]
+        return None if budget is None else max(0, budget - self.retries_used[kind])
 
     def _final_info(self) -> dict[str, Any]:
         puzzle = self.puzzle
