@@ -86,7 +86,8 @@ def test_harness_named_explicitly_and_building_on_a_shipped_one():
 
 def test_module_views_do_not_lead_to_os():
     source = (
-        "import json\n" + HEADER + "class H(Harness):\n    def run(self, env, llm):\n        json.codecs\n"
+        "import json\n" + HEADER + "class H(Harness):\n    def run(self, env, llm):\n"
+        "        j = json\n        j.codecs\n"  # an alias: the lint cannot follow it, the view has no codecs
     )
     cls = load_class(source, restricted=True)
     with pytest.raises(AttributeError):
