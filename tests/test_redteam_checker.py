@@ -11,7 +11,7 @@ from harnesses.loader import harness_from_source
 from whale_train.check import SOLVER_ALPHA, binomial_tail, check_harness
 from whale_train.llm.base import Request, SamplingParams
 from whale_train.llm.scripted import ScriptedLLM
-from whale_train.null_llms import LogLikelihoodNull, PermutedReal, PlausibleWrong
+from whale_train.null_llms import LogLikelihoodNull, OtherTaskReal, PlausibleWrong
 
 ENV = "whale/Math-v0"
 KWARGS = {"tasks": "generated?families=arithmetic&difficulty=1"}
@@ -92,8 +92,8 @@ def test_the_stand_ins_look_like_a_real_model():
     text = PlausibleWrong().complete(req)[0].text
     assert "answer:" in text or "\\boxed{" in text
     real = ScriptedLLM(lambda t: "answer: 12" if "5 + 7" in t else "answer: 3")
-    assert PermutedReal(real, seed=1).complete(req)[0].text in ("answer: 12", "answer: 3")
-    assert PermutedReal(real, seed=1).complete(req)[0].prompt_text == req[0].prompt  # the record is honest
+    assert OtherTaskReal(real, {"5 + 7": "1 + 2"}, seed=1).complete(req)[0].text in ("answer: 12", "answer: 3")
+    assert OtherTaskReal(real, seed=1).complete(req)[0].prompt_text == req[0].prompt  # the record is honest
 
 
 def test_the_margin_counts_tasks_not_episodes():

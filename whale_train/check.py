@@ -1,6 +1,6 @@
 """``check_harness``: what ``check_env`` is to envs, for harnesses.
 
-It runs a harness on a few tasks with model-free LLMs and reports what breaks:
+It runs a harness on many tasks with stand-in LLMs and reports what breaks:
 
 * the code fails validation or does not load;
 * an episode raises, times out (computes without ever calling the env or the model), or hits the
@@ -10,12 +10,19 @@ It runs a harness on a few tasks with model-free LLMs and reports what breaks:
   tasks than the env's chance level (random valid actions, ``env.chance_action``) allows. Such a harness
   makes the model irrelevant and is rejected as a solver.
 
-The stand-in models cannot be told from a real one (``whale_train.null_llms``): log-likelihood scores
-(negative, prompt-dependent, consistent), a model that answers plausibly but wrongly, and, when the
-caller passes its model, the real model answering shuffled prompts. The test counts *tasks* (the k
-samples of a task are not independent): a one-sided binomial test of the number of tasks solved at
-least once against the chance of that under random actions. The tasks are drawn from the ``train``
-split and, when ``score_tasks`` are given, half from the tasks being scored.
+The stand-ins (``whale_train.null_llms``) copy everything a harness can observe of the real model
+(``llm``): its chat-template flag, its determinism (temperature 0 greedy, otherwise a function of the
+request's seed), token boundaries, finish reasons and log-likelihood-shaped scores. Without ``llm`` the
+flag is unknown, so the model-free stand-ins run twice, once with each value. With ``llm``, the real
+model also answers *another task's prompt* (``OtherTaskReal``): the model's own outputs, about a real
+task of this env, only not the one being played.
+
+The test, one per stand-in: one sample per task (the tasks are independent; a harness's samples of
+one task are not), a one-sided binomial test of the number of tasks solved against the chance level,
+at ``SOLVER_ALPHA`` split evenly over the stand-ins (Bonferroni: an honest harness is wrongly rejected
+with probability below ``SOLVER_ALPHA`` in all). ``solver_power`` is the probability that a solver is
+caught; the default ``CHECK_TASKS`` is chosen with it (docs/HARNESSES.md shows the numbers). The tasks
+are drawn from the ``train`` split and, when ``score_tasks`` are given, half from the tasks being scored.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ class HarnessReport:
     def __str__(self) -> str:
         head = f"check_harness({self.harness}, {self.env_id}): {'ok' if self.ok else 'FAILED'}"
         scores = ", ".join(f"{k} {v:.2f}" for k, v in self.null_scores.items())
-        lines = [head, f"  chance level {self.chance:.2f}; without a model: {scores}"]
+        lines = [head, f"  chance level {self.chance:.3f}; solved with each stand-in model: {scores}"]
         lines += [f"  - {p}" for p in self.problems]
         return "\n".join(lines)
 
@@ -77,14 +84,65 @@ def chance_level(
     return total / (len(task_ids) * samples)
 
 
-#: A harness whose null-model successes have a chance probability below this is a solver.
+#: The probability that an honest harness is wrongly rejected as a solver, in all: each stand-in's test
+#: runs at ``SOLVER_ALPHA / number of stand-ins``.
 SOLVER_ALPHA = 0.01
+#: Tasks of a check by default (``whale check --n-tasks``): a solver at 3x the chance level is caught
+#: with probability >= 0.9 where chance is 2 % or more, at 6x with >= 0.99 (docs/HARNESSES.md).
+CHECK_TASKS = 400
+#: The chance level the test assumes is at least this: a few lucky tasks of a near-zero-chance env (a
+#: plausible answer that happens to be right) are not a solver.
+CHANCE_FLOOR = 0.01
 
 
 def binomial_tail(n: int, x: int, q: float) -> float:
     """P(Binomial(n, q) >= x)."""
     q = min(max(q, 0.0), 1.0)
+    if x <= 0:
+        return 1.0
     return sum(math.comb(n, i) * q**i * (1 - q) ** (n - i) for i in range(x, n + 1))
+
+
+def solver_threshold(n: int, q: float, alpha: float) -> int:
+    """The fewest tasks solved of ``n`` that the test calls a solver (chance ``q``, level ``alpha``)."""
+    x = 1
+    while x <= n and binomial_tail(n, x, q) >= alpha:
+        x += 1
+    return x
+
+
+def solver_power(
+    n: int, chance: float, solves: float, stand_ins: int = 4, alpha: float = SOLVER_ALPHA
+) -> float:
+    """The probability that a harness solving a fraction ``solves`` of tasks with a stand-in is rejected
+    by that stand-in's test on ``n`` tasks, at an env's ``chance`` level."""
+    x = solver_threshold(n, max(chance, CHANCE_FLOOR), alpha / stand_ins)
+    return binomial_tail(n, x, min(solves, 1.0))
+
+
+def task_texts(
+    env_id: str, split: str, task_ids: list[str], env_kwargs: dict[str, Any], seed: int
+) -> list[dict[str, str]]:
+    """The texts a harness can put in a prompt, per task: the first observation, each of its lines,
+    the public info's text fields (a list of texts joined as a harness would). ``OtherTaskReal`` swaps
+    them between tasks. The env is reset with the seed the episode gets, so the texts are the same."""
+    from whale_train.rollout.records import stable_seed
+
+    env = gym.make(env_id, **{**env_kwargs, "split": split}).unwrapped
+    out = []
+    for task_id in task_ids:
+        obs, info = env.reset(seed=stable_seed(seed, task_id, 0), options={"task_id": task_id})
+        fields = {"obs": str(obs)}
+        lines = [line.strip() for line in str(obs).splitlines()]
+        fields.update({f"obs:{i}": line for i, line in enumerate(lines) if len(line) >= 8})
+        for key, value in (info or {}).items():
+            if isinstance(value, str):
+                fields[f"info.{key}"] = value
+            elif isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
+                for sep in (", ", "\n", " ", ","):
+                    fields[f"info.{key}:{sep}"] = sep.join(value)
+        out.append(fields)
+    return out
 
 
 def check_harness(
@@ -92,7 +150,7 @@ def check_harness(
     env_id: str,
     *,
     env_kwargs: dict[str, Any] | None = None,
-    n_tasks: int = 16,
+    n_tasks: int = CHECK_TASKS,
     seed: int = 0,
     trusted: bool = False,
     harness_seconds: float = 10.0,
@@ -103,15 +161,18 @@ def check_harness(
     max_llm_calls: int = 64,
     max_tokens: int = 512,
 ) -> HarnessReport:
-    """Run ``harness`` on ``n_tasks`` tasks with model-free LLMs; report every problem found.
+    """Run ``harness`` on ``n_tasks`` tasks (one episode each) with every stand-in LLM; report every
+    problem found.
 
-    ``llm``: the real model, for the permuted-real stand-in (skipped without one). ``score_tasks``:
-    ids of the ``score_split`` tasks the harness will be scored on; half the check's tasks come from
-    them. ``progress(done, total, mode)`` is called after every episode. Never raises for what the
-    harness does: problems are in the report (``report.ok``, ``report.raise_for_problems()``).
+    ``llm``: the real model being checked: the stand-ins copy what a harness can see of it, and it
+    answers other tasks' prompts (``OtherTaskReal``). Without it the model-free stand-ins run with and
+    without a chat template. ``score_tasks``: ids of the ``score_split`` tasks the harness will be
+    scored on; half the check's tasks come from them. ``progress(done, total, mode)`` is called after
+    every episode. Never raises for what the harness does: problems are in the report
+    (``report.ok``, ``report.raise_for_problems()``), a model call that fails included.
     """
     import whale_envs  # noqa: F401  (registers the envs)
-    from whale_train.null_llms import LogLikelihoodNull, PermutedReal, PlausibleWrong
+    from whale_train.null_llms import LogLikelihoodNull, OtherTaskReal, PlausibleWrong, derangement_swaps
     from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts
 
     name = str(harness.name if isinstance(harness, HarnessRef) else harness)
@@ -132,26 +193,40 @@ def check_harness(
     train = gym.make(env_id, **{**base_kwargs, "split": "train"}).unwrapped
     groups.insert(0, ("train", sorted(rng.sample(train.task_ids, min(n_train, len(train.task_ids))))))
     groups = [(split, ids) for split, ids in groups if ids]
-    k = 2
-    models = [LogLikelihoodNull("empty", seed), LogLikelihoodNull("random", seed), PlausibleWrong(seed)]
     if llm is not None:
-        models.append(PermutedReal(llm, seed))
+        texts = [t for split, ids in groups for t in task_texts(env_id, split, ids, base_kwargs, seed)]
+        models: list[Any] = [
+            LogLikelihoodNull("empty", seed, like=llm),
+            LogLikelihoodNull("random", seed, like=llm),
+            PlausibleWrong(seed, like=llm),
+            OtherTaskReal(llm, derangement_swaps(texts, seed), seed),
+        ]
+        labels = ["empty", "random", "plausible", "other-task"]
+    else:
+        models = [
+            m(chat)
+            for chat in (False, True)
+            for m in (
+                lambda chat: LogLikelihoodNull("empty", seed, chat=chat),
+                lambda chat: LogLikelihoodNull("random", seed, chat=chat),
+                lambda chat: PlausibleWrong(seed, chat=chat),
+            )
+        ]
+        labels = [f"{m.name.removeprefix('null-')}{' (chat)' if m.has_chat_template else ''}" for m in models]
     tasks_total = sum(len(ids) for _, ids in groups)
-    total, done = tasks_total * k * len(models), 0
-    q = 0.0
+    total, done = tasks_total * len(models), 0
     chance_sum = 0.0
     for split, ids in groups:
         c = chance_level(env_id, ids, {**base_kwargs, "split": split}, seed)
         chance_sum += c * len(ids)
     report.chance = chance_sum / max(1, tasks_total)
-    # The chance that random actions solve a task at least once in k tries (floored: a small sample).
-    q = 1 - (1 - max(report.chance, 0.01)) ** k
+    q = max(report.chance, CHANCE_FLOOR)
+    alpha = SOLVER_ALPHA / len(models)
     limits = EpisodeLimits(
         max_llm_calls=max_llm_calls, max_tokens=max_tokens, harness_seconds=harness_seconds
     )
-    config = RolloutConfig(k=k, seed=seed, concurrency=16, limits=limits, trusted=trusted)
-    for model in models:
-        mode = model.name.removeprefix("null-")
+    config = RolloutConfig(k=1, seed=seed, concurrency=16, limits=limits, trusted=trusted)
+    for model, mode in zip(models, labels, strict=True):
         trajs: list = []
         for split, ids in groups:
 
@@ -172,17 +247,14 @@ def check_harness(
             )
         report.episodes += len(trajs)
         _episode_problems(trajs, mode, report)
-        by_task: dict[str, list[bool]] = {}
-        for t in trajs:
-            by_task.setdefault(t.task_id, []).append(t.solved)
         report.null_scores[mode] = sum(t.solved for t in trajs) / max(1, len(trajs))
-        n, hits = len(by_task), sum(any(v) for v in by_task.values())
+        n, hits = len(trajs), sum(bool(t.solved) for t in trajs)
         p_value = binomial_tail(n, hits, q)
-        if hits and p_value < SOLVER_ALPHA:
+        if hits and p_value < alpha:
             report.problems.append(
-                f"solver: with a {mode} model it solves {hits} of {n} tasks (mean {report.null_scores[mode]:.2f}); "
-                f"random actions (chance level {report.chance:.2f}) would do that with probability "
-                f"{p_value:.1e}: the harness solves tasks without the model"
+                f"solver: with the {mode} stand-in model it solves {hits} of {n} tasks; random actions "
+                f"(chance level {report.chance:.3f}) would do that with probability {p_value:.1e} "
+                f"(< {alpha:.1e}): the harness solves tasks without the model"
             )
     report.problems = list(dict.fromkeys(report.problems))
     return report
@@ -193,6 +265,10 @@ def _episode_problems(trajs: list, mode: str, report: HarnessReport) -> None:
     if errors:
         first = errors[0].error.strip().splitlines()[-1]
         report.problems.append(f"raised in {len(errors)}/{len(trajs)} episodes with a {mode} LLM: {first}")
+    failed = [t for t in trajs if t.error and t.failure == "model_error"]
+    if failed:  # what the real model would refuse too (a chat prompt to a model without a template)
+        first = failed[0].error.strip().splitlines()[-1]
+        report.problems.append(f"the {mode} model failed in {len(failed)}/{len(trajs)} episodes: {first}")
     timeouts = [t for t in trajs if t.failure == "timeout"]
     if timeouts:
         report.problems.append(f"never terminated: {len(timeouts)} episodes timed out ({timeouts[0].error})")

@@ -288,18 +288,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     env_kwargs = {"tasks": args.tasks} if args.tasks else {}
     limits = _limits(args)
     isolation = _preflight(RolloutConfig(trusted=args.trusted), env, harness)
+    llm = None if args.no_model else _load_llm(args)
     with errors.status(f"check_harness {harness.name}: starting") as status:
         report = check_harness(
             harness,
             args.env,
             env_kwargs=env_kwargs,
             n_tasks=args.n_tasks,
+            seed=args.seed,
+            llm=llm,
             trusted=args.trusted,
             harness_seconds=limits.harness_seconds,
             max_llm_calls=limits.max_llm_calls,
             max_tokens=limits.max_tokens,
             progress=lambda done, total, mode: status.update(
-                f"check_harness {harness.name}: {done}/{total} episodes ({mode} model)"
+                f"check_harness {harness.name}: {done}/{total} episodes ({mode} stand-in)"
             ),
         )
     console.print(str(report), markup=False, highlight=False)
@@ -368,11 +371,37 @@ def build_parser() -> argparse.ArgumentParser:
     _add_limit_flags(p, 30.0, 64)
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("check", help="check_harness: run a harness with null models and report what breaks")
+    from whale_train.check import CHECK_TASKS
+
+    p = sub.add_parser(
+        "check", help="check_harness: run a harness with stand-in models and report what breaks"
+    )
     p.add_argument("--env", required=True, help="env id, e.g. whale/Math-v0")
     p.add_argument("--harness", required=True, help="a harness file, or a shipped name like math/h0")
     p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
-    p.add_argument("--n-tasks", type=count(1), default=16, help="train-split tasks to run the checks on")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="the model the harness will run with: the stand-ins copy it, and it answers other tasks' "
+        "prompts, as in the harness search (default: the shipped tiny model)",
+    )
+    p.add_argument("--backend", default="transformers", choices=["transformers", "openai", "vllm"])
+    p.add_argument(
+        "--base-url", default=None, help="server URL for --backend openai (e.g. http://localhost:8000/v1)"
+    )
+    p.add_argument(
+        "--no-model",
+        action="store_true",
+        help="no model: the model-free stand-ins only, each with and without a chat template",
+    )
+    p.add_argument(
+        "--n-tasks",
+        type=count(1),
+        default=CHECK_TASKS,
+        help="train-split tasks, one episode per stand-in each (the default catches a harness that "
+        "solves 3x the chance level by itself; see docs/HARNESSES.md)",
+    )
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--trusted", action="store_true", help="run a shipped harness in this process (faster)")
     _add_limit_flags(p, 10.0, 64)
     p.set_defaults(func=cmd_check)
