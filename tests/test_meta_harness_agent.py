@@ -368,3 +368,38 @@ def test_agent_reports_a_server_error_as_a_proposer_failure(tmp_path, monkeypatc
         server.close()
     assert report.candidates == [] and "HTTP 400" in report.proposer_error
     assert "x-api-key" in report.proposer_error
+
+
+@pytest.mark.slow
+def test_try_candidate_rollouts_are_charged_to_the_trainers_ledger_apart(
+    openai_server, tmp_path, monkeypatch
+):
+    """Under ``whale train`` the tries count against the budget and the ledger shows them apart."""
+    from tests.test_trainer import MODEL, ledger, smoke, units
+    from whale_train.trainer import Run
+
+    server = openai_server
+    monkeypatch.setenv("WHALE_TEST_AGENT_KEY", server.key)
+    one = [
+        [("try_candidate", {"source": GOOD, "n": 2})],
+        [("submit_candidate", {"source": GOOD, "hypothesis": "no tool offer", "axis": "context"})],
+    ]
+    server.script = one * 4
+    search = {
+        "proposer": "agent",
+        "llm_base_url": server.url,
+        "llm_model": "scripted-agent",
+        "llm_api_key_env": "WHALE_TEST_AGENT_KEY",
+        "agent_try_tasks": 2,
+        "agent_try_budget": 2,
+    }
+    config = smoke(MODEL, method="harness-only", budget_rollouts=20, search=search)
+    assert config.harness_iteration_cost == 4 * 1 * 2 + 2  # the tries are planned for
+    Run(config, tmp_path, log=lambda *_: None).run()
+    iterations = [u for u in units(ledger(tmp_path)) if u["signals"].get("kind") == "iteration"]
+    assert iterations and all(u["signals"]["proposer_rollouts"] == 2 for u in iterations)
+    for u in iterations:  # the unit's rollouts: its scoring (on the record) plus the tries
+        n = int(u["signals"]["candidates"][0]["id"][1:4])
+        record = json.loads((tmp_path / "archive" / "search" / "iterations" / f"{n:03d}.json").read_text())
+        assert u["rollouts"] == record["rollouts"] + 2 and record["proposer_rollouts"] == 2
+    assert sum(u["rollouts"] for u in units(ledger(tmp_path))) <= 20

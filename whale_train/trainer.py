@@ -88,6 +88,10 @@ class TrainConfig(Config):
     method: str = option("whale", f"one of {', '.join(METHODS)}")
     env: str = option(MATH_ID, "a registered env id (module:EnvId for a user's env)")
     tasks: str | None = option(None, "the env's task source spec (default: its generator)")
+    env_options: dict[str, Any] = option(
+        factory=dict,
+        help="keyword arguments of the env (verifier: dapo, judge_mode, retriever, format_retries, max_turns)",
+    )
     harness: str | None = option(
         None, "the seed harness (default: the domain's base harness; a user's env must name its h0 file)"
     )
@@ -166,15 +170,18 @@ class TrainConfig(Config):
     @property
     def harness_iteration_cost(self) -> int:
         """The most rollouts one harness iteration (or re-scoring) can cost, so the budget is never
-        overspent: every scored candidate, or the incumbent and the frontier, on the harness tasks."""
+        overspent: every scored candidate, or the incumbent and the frontier, on the harness tasks (and
+        the agent proposer's try_candidate rollouts)."""
         search = self.search
+        tries = search.agent_try_budget if search.proposer == "agent" else 0
         return (
             search.harness_tasks * search.rollouts_per_task * max(search.candidates, 1 + search.frontier_size)
+            + tries
         )
 
     @property
     def env_kwargs(self) -> dict[str, Any]:
-        return {"tasks": self.tasks} if self.tasks else {}
+        return {**self.env_options, **({"tasks": self.tasks} if self.tasks else {})}
 
     @classmethod
     def load(cls, path: str | Path | None = None, sets: Iterable[str] = (), **kwargs: Any) -> TrainConfig:
@@ -705,7 +712,9 @@ class Run:
                 for c in result.get("candidates", [])
             ],
         }
-        return signals, int(result["rollouts"])
+        if result.get("proposer_rollouts"):  # the agent proposer's tries: charged, and shown apart
+            signals["proposer_rollouts"] = int(result["proposer_rollouts"])
+        return signals, int(result["rollouts"]) + int(result.get("proposer_rollouts") or 0)
 
     def summary(self) -> dict[str, Any]:
         evals = [json.loads(line) for line in open(self.dir / "ledger.jsonl") if '"event": "eval"' in line]
