@@ -31,11 +31,12 @@ GPU = {
 
 def train_configs() -> list[Path]:
     """Every train config (configs/compare/ holds `whale compare` grids, tested with the compare command;
-    configs/accelerate/ holds `accelerate launch` configs, tested in test_scale_accelerate.py)."""
+    configs/accelerate/ holds `accelerate launch` configs, tested in test_scale_accelerate.py; configs/paper/
+    point at the paper's data files by path, tested over small files in test_paper_configs.py)."""
     return sorted(
         p
         for p in CONFIGS.rglob("*.yaml")
-        if not {"compare", "accelerate"} & set(p.relative_to(CONFIGS).parts)
+        if not {"compare", "accelerate", "paper"} & set(p.relative_to(CONFIGS).parts)
     )
 
 
