@@ -4,28 +4,46 @@
 decides; its name is ``Verdict.matcher``):
 
 1. **Extraction.** If the answer contains ``\\boxed{...}`` (or ``\\fbox{...}``), the content of the *last*
-   box is the answer: when several answers are given, the last one counts.
+   box is the answer: when several answers are given, the last one counts. An answer text longer than
+   ``MAX_TEXT_CHARS``, or an extracted answer longer than ``MAX_ANSWER_CHARS``, is not an answer
+   (matcher ``too_long``).
 2. **Normalization** of both sides (:func:`normalize`): ``$...$`` / ``\\(...\\)`` delimiters, spacing
    commands (``\\!``, ``\\,``), ``\\left``/``\\right``, ``\\dfrac`` → ``\\frac``, degree signs, ``%``,
-   currency signs (``$``, ``\\$``, €, £), unit words after a number (``18 dollars``, ``5\\text{ cm}``),
-   thousands separators (``1,000``, ``10,\\!000``, ``10{,}000`` — only when the whole answer is one
-   number, so the tuple ``(1,2)`` and the list ``1, 2`` stay lists), a leading ``x =`` when the gold
-   has no ``=``, a trailing period, and all white space.
+   currency signs (``$``, ``\\$``, €, £), a leading ``x =`` when the gold has no ``=``, a trailing
+   period, and all white space. Numbers, on purpose more lenient than an exact string match (each rule
+   has its tests in ``tests/test_math_verify.py``):
+
+   * *thousands separators* (``1,000``, ``10,\\!000``, ``10{,}000``, ``1 000 000``) make one number only
+     when every group after the first has three digits and the whole answer is that number (with an
+     optional unit): ``(1,2)``, ``1, 2`` and ``1 8`` stay lists, never the number their digits spell;
+   * a *unit* after a number is dropped (``18 dollars``, ``5\\text{ cm}``, ``1,000 km``);
+   * a *multiplier word* after a number multiplies it (``5 million`` = 5000000, ``2 dozen`` = 24,
+     ``3 hundred`` = 300): it is part of the value, never a unit;
+   * a number followed by an *operation or fraction word* (``5 squared``, ``3 halves``, ``2 times``,
+     ``7 less``) keeps its words: that is not a plain number, and nothing below reads it as one.
 3. ``exact``: the normalized strings are equal.
 4. ``numeric``: both sides are plain numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``, mixed numbers
    ``2\\frac{1}{2}``): compared *exactly* as rationals, so ``0.5 = 1/2 = \\frac{1}{2} = 0.50`` but
    ``0.33 ≠ 1/3``. This matcher decides both ways (no later matcher can turn a wrong number right).
-5. ``math_verify``: Hugging Face's math-verify parses both sides (LaTeX or plain expressions) into SymPy
-   and compares them symbolically (expressions, sets, intervals, tuples, matrices, equations).
-6. ``sympy``: when math-verify cannot parse a side, SymPy's own parser (plain text: ``x^2+1``,
-   ``sqrt(2)/2``) and ``simplify(a - b) == 0``.
-7. ``none``: nothing matched (``solved=False``).
+5. ``math_verify``: both sides parsed into SymPy and compared symbolically by Hugging Face's
+   math-verify (expressions, sets, intervals, tuples, matrices, equations). A side that is a plain
+   number goes in as that number (so a digit-grouped gold ``10,080`` is the number 10080, never the set
+   ``{10, 80}``). **No text is ever evaluated**: LaTeX goes through math-verify's LaTeX grammar only
+   (its expression extraction is SymPy's ``parse_expr``, which is ``eval``, and is never used), and
+   plain text (``2*sqrt(2)``) through a small grammar of our own that builds SymPy objects and can
+   name nothing but numbers, one-letter symbols and a fixed table of functions
+   (:mod:`whale_envs.math._symbolic`). And this step runs only **in the OS sandbox**
+   (:func:`whale_envs.sandbox.spawn_python`: a helper process with no network, no project files, no
+   answers, a memory limit), never in the trusted process.
+6. ``none``: nothing matched (``solved=False``).
 
-Steps 5-6 run under a timeout (``timeout_s``, default 5 s; ``timed_out=True`` and ``matcher="timeout"``
-when it fires, never a hang). In the main thread the timeout is a ``SIGALRM`` timer. Signals are for the
-main thread only and a thread cannot be interrupted, so a call from another thread hands steps 5-6 to
-a helper process (started on first use, shared, one comparison at a time) and kills it when the time
-is up. Inputs longer than ``MAX_SYMBOLIC_CHARS`` never reach the symbolic steps.
+Step 5 has a CPU-time limit (``timeout_s``, default 5 s, counted by the helper on its own CPU clock,
+so it fires the same on an idle and on a saturated machine; ``timed_out=True`` and
+``matcher="timeout"``) and a wall-clock backstop (``WALL_BACKSTOP`` × ``timeout_s`` + ``WALL_SLACK_S``, for a helper
+that stops answering: it is killed and a fresh one takes the next comparison). A comparison the
+helper could not finish for another reason (out of memory) is matcher ``error``. The helper is
+started on first use, once per process, and one comparison runs at a time; the caller's thread does
+not matter. Inputs longer than ``MAX_SYMBOLIC_CHARS`` never reach it.
 """
 
 from __future__ import annotations
@@ -35,19 +53,20 @@ import json
 import os
 import re
 import select
-import signal
-import subprocess
-import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-#: Longest normalized answer handed to the symbolic matchers.
+#: Longest answer text read at all, and longest extracted answer (after the last box is taken).
+MAX_TEXT_CHARS = 200_000
+MAX_ANSWER_CHARS = 1_000
+#: Longest normalized answer handed to the symbolic step.
 MAX_SYMBOLIC_CHARS = 400
+#: The symbolic step's wall-clock backstop: this many times its CPU-time limit, plus WALL_SLACK_S.
+WALL_BACKSTOP = 20
+WALL_SLACK_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -58,7 +77,9 @@ class Verdict:
     extracted: str | None  # the answer taken from the agent's text (last box), before normalization
     normalized: str  # the normalized answer
     gold: str  # the normalized gold answer
-    matcher: str  # "exact" | "numeric" | "math_verify" | "sympy" | "timeout" | "malformed" | "none"
+    matcher: (
+        str  # "exact" | "numeric" | "math_verify" | "timeout" | "error" | "malformed" | "too_long" | "none"
+    )
     timed_out: bool = False
 
     def as_info(self) -> dict[str, Any]:
@@ -70,29 +91,35 @@ class Verdict:
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*")
 
 
+def _closing_braces(text: str) -> dict[int, int]:
+    """Index of each ``{`` → index of its matching ``}`` (escaped braces ``\\{`` ``\\}`` do not count);
+    one pass over the text."""
+    pairs, stack = {}, []
+    for j, ch in enumerate(text):
+        if ch == "{" and (j == 0 or text[j - 1] != "\\"):
+            stack.append(j)
+        elif ch == "}" and j > 0 and text[j - 1] != "\\" and stack:
+            pairs[stack.pop()] = j
+    return pairs
+
+
 def boxed_contents(text: str) -> list[str]:
     """The contents of every ``\\boxed{...}`` / ``\\fbox{...}`` in ``text`` (balanced braces), in order.
 
     ``\\boxed 5`` (no braces) yields its single token. An unclosed ``\\boxed{`` yields nothing: it is
-    not a well-formed answer.
+    not a well-formed answer. Linear in the text's length.
     """
     found = []
+    pairs: dict[int, int] | None = None
     for m in _BOX.finditer(text):
         i = m.end()
         if i < len(text) and text[i] == "{":
-            depth, j = 0, i
-            while j < len(text):
-                if text[j] == "{" and (j == 0 or text[j - 1] != "\\"):
-                    depth += 1
-                elif text[j] == "}" and text[j - 1] != "\\":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
-            if depth == 0:  # closed
-                found.append(text[i + 1 : j])
+            if pairs is None:
+                pairs = _closing_braces(text)
+            if i in pairs:
+                found.append(text[i + 1 : pairs[i]])
         else:
-            token = re.match(r"[^\s$]+", text[i:])
+            token = re.match(r"[^\s$]+", text[i : i + MAX_ANSWER_CHARS + 1])
             if token:
                 found.append(token.group(0))
     return found
@@ -107,12 +134,31 @@ def last_boxed(text: str) -> str | None:
 # ------------------------------------------------------------------------------------ normalization
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)"
-_THOUSANDS = re.compile(r"^([-+]?)(\d{1,3}(?:,\d{3})+)(\.\d+)?$")
+#: A separator between thousands groups: a comma, white space, a LaTeX space, a tilde.
+_SEP = r"(?:,|\s|\\[ ,;!]|~)"
+#: A number written in thousands groups (``1,000``, ``1 000 000.5``) or plainly.
+_GROUPED = r"[-+]?(?:\d{1,3}(?:" + _SEP + r"+\d{3})+(?:\.\d+)?|\d+(?:\.\d*)?|\.\d+)"
+_WORDS = r"[a-zA-Z][a-zA-Z.]*(?:\s+[a-zA-Z][a-zA-Z.]*){0,3}"
+_NUMBER_AND_WORDS = re.compile(r"^(?P<num>" + _GROUPED + r"(?:/\d+)?)\s*(?P<words>" + _WORDS + r")?$")
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mbox|mathrm|mathbf|operatorname)\s*\{([^{}]*)\}")
-_UNIT_TAIL = re.compile(
-    r"^(?P<num>" + _NUMBER + r"(?:/\d+)?)\s*(?P<unit>[a-zA-Z][a-zA-Z.]*(?:\s+[a-zA-Z][a-zA-Z.]*){0,3})$"
-)
 _LEAD_VAR = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*=\s*(?=\S)")
+
+#: Words after a number that are part of its value.
+MULTIPLIERS = {
+    "dozen": 12,
+    "hundred": 100,
+    "thousand": 1_000,
+    "million": 10**6,
+    "billion": 10**9,
+    "trillion": 10**12,
+}
+#: Words after a number that make it something else than that number (never dropped as a unit).
+NOT_UNITS = frozenset(
+    "squared cubed plus minus times over divided less more than and or of power powers root roots "
+    "factorial percentages half halves third thirds quarter quarters fourth fourths fifth fifths sixth "
+    "sixths seventh sevenths eighth eighths ninth ninths tenth tenths hundredth hundredths thousandth "
+    "thousandths millionth millionths point e i x y z n k pi".split()
+)
 
 
 def _strip_delimiters(s: str) -> str:
@@ -128,7 +174,8 @@ def _strip_delimiters(s: str) -> str:
 
 
 def latex_clean(answer: str) -> str:
-    """Normalization that keeps LaTeX structure (what the symbolic matchers get)."""
+    """Normalization that keeps LaTeX structure (what the symbolic step gets). Every pattern here is
+    linear in the answer's length (no nested or adjacent unbounded repetition over the same characters)."""
     s = _strip_delimiters(answer)
     s = s.replace("\\!", "").replace("{,}", ",").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = re.sub(r"\\(?:left|right)(?![a-zA-Z])", "", s)
@@ -140,8 +187,9 @@ def latex_clean(answer: str) -> str:
     s = s.replace("\\$", "").replace("$", "")
     s = re.sub(r"[€£¥]", "", s)
     # A unit in \text{} after a number or expression (with an optional power: cm^2); a whole-answer
-    # \text{} (a word answer, a multiple-choice letter) keeps its content.
-    s = re.sub(r"(?<=[\d}\s])\s*\\(?:text|mbox|mathrm)\s*\{\s*[a-zA-Z][a-zA-Z.\s]*\}(\^\{?\d\}?)?\s*$", "", s)
+    # \text{} (a word answer, a multiple-choice letter) keeps its content. The match starts at the
+    # backslash (a look-behind, not a leading \s*, so white space is not rescanned from every position).
+    s = re.sub(r"(?<=[\d}\s])\\(?:text|mbox|mathrm)\s*\{\s*[a-zA-Z][a-zA-Z.\s]*\}(\^\{?\d\}?)?\s*$", "", s)
     s = _TEXT_CMD.sub(lambda m: m.group(1), s)
     s = s.strip().rstrip(".").strip()
     return _digit_groups(s)
@@ -152,13 +200,47 @@ _THOUSANDS_SPACED = re.compile(r"[-+]?\d{1,3}(?:(?:\s|\\[ ,;!]|~)+\d{3})+(?:\.\d
 
 
 def _digit_groups(s: str) -> str:
-    """Digits split by white space are one number only as thousands groups (``1 000 000``); any other
-    split (``1 8``) is a list of numbers, never the number its digits spell."""
+    """Digits split by white space are one number only as thousands groups (``1 000 000``, also before
+    a unit: ``10 000 km``); any other split (``1 8``) is a list of numbers, never the number its digits
+    spell."""
     if not _SPACED_DIGITS.search(s):
         return s
-    if _THOUSANDS_SPACED.fullmatch(s.strip()):
-        return re.sub(r"(?:\s|\\[ ,;!]|~)+", "", s)
+    m = _THOUSANDS_SPACED.match(s.strip())
+    if m and re.fullmatch(r"(?:\s*" + _WORDS + r")?", s.strip()[m.end() :]):
+        return re.sub(r"(?:\s|\\[ ,;!]|~)+", "", m.group(0)) + s.strip()[m.end() :]
     return re.sub(r"(?<=\d)(?:\s|\\[ ,;!]|~)+(?=\d)", ", ", s)
+
+
+def _number_words(s: str) -> str:
+    """A number with words after it (``s`` has single spaces): thousands separators removed; a unit
+    dropped; a multiplier applied; operation or fraction words kept (see the module docstring)."""
+    m = _NUMBER_AND_WORDS.match(s)
+    if not m:
+        return s
+    num, words = m.group("num"), (m.group("words") or "").split()
+    if "/" not in num and re.search(r"\d[, ]\d", num):
+        if (
+            not re.fullmatch(r"[-+]?\d{1,3}(?:[, ]\d{3})+(?:\.\d+)?", num)
+            or len(set(re.findall(r"[, ]", num))) > 1
+        ):
+            return s  # mixed separators (1,000 000) or short groups: not one number
+        num = re.sub(r"[, ]", "", num)
+    elif re.search(r"[, ]", num):
+        return s
+    if not words:
+        return num
+    lowered = [w.lower().rstrip(".") for w in words]
+    if lowered[0] in NOT_UNITS:
+        return s
+    if lowered[0] in MULTIPLIERS or lowered[0].rstrip("s") in MULTIPLIERS:
+        factor = MULTIPLIERS.get(lowered[0]) or MULTIPLIERS[lowered[0].rstrip("s")]
+        value = (Fraction(num.split("/")[0]) / (int(num.split("/")[1]) if "/" in num else 1)) * factor
+        if len(lowered) > 1 and lowered[1] in NOT_UNITS | set(MULTIPLIERS):
+            return s  # "2 thousand million", "5 hundred thousand": not read as units
+        return str(value)
+    if any(w in NOT_UNITS or w in MULTIPLIERS for w in lowered):
+        return s
+    return num
 
 
 def normalize(answer: str, *, gold_has_equals: bool = True) -> str:
@@ -167,12 +249,7 @@ def normalize(answer: str, *, gold_has_equals: bool = True) -> str:
     if not gold_has_equals:
         s = _LEAD_VAR.sub("", s)
     s = re.sub(r"\s+", " ", s).strip()
-    m = _UNIT_TAIL.match(s)
-    if m and m.group("unit").lower() not in ("e", "i", "x", "y", "z", "n", "k", "pi"):
-        s = m.group("num")
-    m = _THOUSANDS.match(s.replace(" ", ""))
-    if m:
-        s = m.group(1) + m.group(2).replace(",", "") + (m.group(3) or "")
+    s = _number_words(s)
     return s.replace(" ", "")
 
 
@@ -199,182 +276,97 @@ def as_number(s: str) -> Fraction | None:
     return None
 
 
-# ------------------------------------------------------------------------------------ timeout
+def _number_text(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
 
 
-class _Timeout(BaseException):
-    """Raised by the alarm; a BaseException so that math-verify's ``except Exception`` lets it pass."""
+# ------------------------------------------------------------------------------------ the sandboxed helper
 
 
-def _can_time_out() -> bool:
-    return threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+class _SymbolicHelper:
+    """The sandboxed process that runs step 5 (:mod:`whale_envs.math._symbolic`), one per process."""
 
-
-@contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """Raise :class:`_Timeout` in the block after ``seconds`` (main thread only; else no timer)."""
-    if not _can_time_out() or seconds <= 0:
-        yield
-        return
-
-    def fire(signum, frame):
-        raise _Timeout()
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-# ------------------------------------------------------------------------------------ symbolic
-
-
-def _math_verify_parse(text: str) -> list:
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
-
-    return parse(
-        "\\boxed{" + text + "}",
-        extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
-        parsing_timeout=None,  # our own alarm covers the call (theirs would cancel ours)
-    )
-
-
-def _math_verify(gold: str, pred: str) -> bool | None:
-    """True/False when math-verify parsed both sides into SymPy objects; None when it could not."""
-    import math_verify.grader
-    import math_verify.parser
-    from sympy import Basic, MatrixBase
-
-    # We pass no timeout to math-verify (our alarm covers it); silence its one-time warning about that.
-    math_verify.parser.TIMEOUT_WARNING_SHOWN = True
-    math_verify.grader.TIMEOUT_WARNING_SHOWN = True
-    g, p = _math_verify_parse(gold), _math_verify_parse(pred)
-    if not any(isinstance(x, (Basic, MatrixBase)) for x in g) or not any(
-        isinstance(x, (Basic, MatrixBase)) for x in p
-    ):
-        return None
-    return bool(math_verify.verify(g, p, timeout_seconds=None))
-
-
-def _sympy(gold: str, pred: str) -> bool | None:
-    """Plain-text SymPy comparison; None when either side does not parse."""
-    import sympy
-    from sympy.parsing.sympy_parser import (
-        convert_xor,
-        implicit_multiplication_application,
-        parse_expr,
-        standard_transformations,
-    )
-
-    transformations = (*standard_transformations, implicit_multiplication_application, convert_xor)
-
-    def parse(s: str):
-        s = s.replace("\\cdot", "*").replace("\\times", "*").replace("{", "(").replace("}", ")")
-        s = s.replace("\\sqrt", "sqrt").replace("\\pi", "pi").replace("\\", "")
-        try:
-            return parse_expr(s, transformations=transformations, evaluate=True)
-        except Exception:
-            return None
-
-    a, b = parse(gold), parse(pred)
-    if a is None or b is None:
-        return None
-    try:
-        return bool(sympy.simplify(a - b) == 0)
-    except Exception:
-        return None
-
-
-def _symbolic(g_tex: str, p_tex: str, g_norm: str, p_norm: str) -> tuple[bool | None, str]:
-    """Steps 5-6: (decision, matcher), or (None, "none") when neither matcher could parse both sides."""
-    decided = _math_verify(g_tex, p_tex)
-    if decided is not None:
-        return decided, "math_verify"
-    decided = _sympy(g_norm, p_norm)
-    if decided is not None:
-        return decided, "sympy"
-    return None, "none"
-
-
-class _SymbolicWorker:
-    """A helper process running :func:`_symbolic` for callers outside the main thread (killable)."""
-
-    STARTUP_S = 120.0  # importing SymPy and math-verify; not counted against a comparison's timeout
+    STARTUP_S = 120.0  # starting the jail and importing SymPy and math-verify; not counted per comparison
+    RECYCLE_AFTER = 2000  # comparisons per helper (its RLIMIT_CPU covers its whole life)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
+        self._proc = None
+        self._owner = os.getpid()
+        self._served = 0
 
-    def _start(self) -> subprocess.Popen:
-        root = str(Path(__file__).resolve().parents[2])
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
-        }
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from whale_envs.math.verify import _serve; _serve()"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            text=True,
+    def _start(self):
+        from whale_envs.sandbox import Limits, spawn_python
+
+        source = (Path(__file__).with_name("_symbolic.py")).read_text(encoding="utf-8")
+        limits = Limits(
+            wall_s=24 * 3600,
+            cpu_s=(self.RECYCLE_AFTER + 10) * 60,
+            memory_mb=2048,
+            max_processes=4,
+            output_bytes=1 << 20,
+            site_packages=True,
+            writable_files=False,
         )
-        assert proc.stdout is not None
+        proc = spawn_python(source, limits)  # raises IsolationUnavailable (with the opt-in) when it must
         if not select.select([proc.stdout], [], [], self.STARTUP_S)[0] or proc.stdout.readline() != "ready\n":
-            proc.kill()
-            proc.wait()
-            raise RuntimeError("the verifier's helper process did not start")
+            tail = proc.stderr_tail().strip().splitlines()[-1:] or ["no output"]
+            proc.close()
+            raise RuntimeError(f"the verifier's sandboxed helper did not start: {tail[0][:300]}")
+        self._served = 0
         return proc
 
-    def compare(self, args: list[str], timeout_s: float) -> tuple[bool | None, str] | None:
-        """(decision, matcher), or None when ``timeout_s`` ran out (the helper is then killed)."""
+    def compare(self, gold: str, pred: str, timeout_s: float) -> tuple[bool | None, str]:
+        """(decision, matcher); matcher ``timeout`` when the CPU limit (or the wall backstop) ran out."""
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
+            if self._owner != os.getpid():  # a forked child: the parent's helper is not ours to use
+                self._proc, self._owner = None, os.getpid()
+            if self._proc is None or self._proc.poll() is not None or self._served >= self.RECYCLE_AFTER:
+                self.close()
                 self._proc = self._start()
             proc = self._proc
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(json.dumps(args) + "\n")
+            proc.stdin.write(json.dumps({"gold": gold, "pred": pred, "cpu_s": timeout_s}) + "\n")
             proc.stdin.flush()
-            if select.select([proc.stdout], [], [], timeout_s)[0]:
+            self._served += 1
+            if select.select([proc.stdout], [], [], WALL_BACKSTOP * timeout_s + WALL_SLACK_S)[0]:
                 line = proc.stdout.readline()
                 if line:
                     decided, matcher = json.loads(line)
+                    if matcher in ("timeout", "error"):
+                        self.close()  # a fresh helper for the next comparison, whatever state this one is in
                     return decided, matcher
             self.close()
-            return None
+            return None, "timeout"
 
     def close(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            self._proc = None
+        if self._proc is not None and self._owner == os.getpid():
+            self._proc.close()
+        self._proc = None
 
 
-def _serve() -> None:
-    """The helper process's loop: one JSON list of four strings in, one ``[decision, matcher]`` out."""
-    _symbolic("1", "1", "1", "1")  # import everything before saying ready
-    print("ready", flush=True)
-    for line in sys.stdin:
-        print(json.dumps(_symbolic(*json.loads(line))), flush=True)
-
-
-_WORKER = _SymbolicWorker()
-atexit.register(_WORKER.close)
+_HELPER = _SymbolicHelper()
+atexit.register(_HELPER.close)
 
 
 # ------------------------------------------------------------------------------------ check
 
 
 def check(answer: str | None, gold: str, *, timeout_s: float = 5.0) -> Verdict:
-    """Decide whether ``answer`` (the agent's final answer text) matches ``gold`` (see module docstring)."""
+    """Decide whether ``answer`` (the agent's final answer text) matches ``gold`` (see module docstring).
+
+    Never evaluates either text; never raises for anything in them (an answer that cannot be read is
+    ``solved=False`` with the reason in ``matcher``). Raises ``IsolationUnavailable`` only when the
+    symbolic step is needed and the sandbox cannot be built here without the user's opt-in.
+    """
+    g_norm = normalize(gold[:MAX_TEXT_CHARS])
+    if answer is not None and len(answer) > MAX_TEXT_CHARS:
+        return Verdict(False, None, "", g_norm, "too_long")
     extracted = None if answer is None else (last_boxed(answer) or answer).strip()
     gold_eq = "=" in gold
-    g_norm = normalize(gold)
     if not extracted:
         return Verdict(False, extracted, "", g_norm, "none")
+    if len(extracted) > MAX_ANSWER_CHARS:
+        return Verdict(False, extracted[:MAX_ANSWER_CHARS], "", g_norm, "too_long")
     if _BOX.search(extracted):  # a box left unclosed (or one inside the answer): not a well-formed answer
         return Verdict(False, extracted, "", g_norm, "malformed")
     p_norm = normalize(extracted, gold_has_equals=gold_eq)
@@ -387,22 +379,12 @@ def check(answer: str | None, gold: str, *, timeout_s: float = 5.0) -> Verdict:
     g_num, p_num = as_number(g_norm), as_number(p_norm)
     if g_num is not None and p_num is not None:
         return verdict(g_num == p_num, "numeric")
-    g_tex = latex_clean(gold)
-    p_tex = latex_clean(extracted)
+    # A side that is a plain number goes to the symbolic step as that number, not as its digits.
+    g_tex = _number_text(g_num) if g_num is not None else latex_clean(gold)
+    p_tex = _number_text(p_num) if p_num is not None else latex_clean(extracted)
     if not gold_eq:
         p_tex = _LEAD_VAR.sub("", p_tex)
     if len(g_tex) > MAX_SYMBOLIC_CHARS or len(p_tex) > MAX_SYMBOLIC_CHARS:
         return verdict(False, "none")
-    args = [g_tex, p_tex, g_norm, p_norm]
-    if _can_time_out():
-        try:
-            with _deadline(timeout_s):
-                decided, matcher = _symbolic(*args)
-        except _Timeout:
-            return verdict(False, "timeout", timed_out=True)
-    else:
-        outcome = _WORKER.compare(args, timeout_s)
-        if outcome is None:
-            return verdict(False, "timeout", timed_out=True)
-        decided, matcher = outcome
-    return verdict(bool(decided), matcher)
+    decided, matcher = _HELPER.compare(g_tex, p_tex, timeout_s)
+    return verdict(bool(decided), matcher, timed_out=matcher == "timeout")
