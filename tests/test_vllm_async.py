@@ -106,7 +106,7 @@ def test_weights_push_into_the_async_engine_and_the_push_is_timed(vllm):
             p.mul_(0.5)
     llm.load_weights(train.named_parameters())  # msgpack-checked: the async engine's core is another process
     assert key(llm.complete(greedy)) != before
-    assert "reload_weights" in llm.engine.rpcs and llm.engine.prefix_resets == 1
+    assert "whale_load_weights_file" in llm.engine.rpcs and llm.engine.prefix_resets == 1
     assert llm.version == 1 and llm.last_push_seconds is not None and llm.last_push_seconds >= 0
     barrier = backend()
     barrier.load_weights(train.named_parameters())

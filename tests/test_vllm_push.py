@@ -84,7 +84,21 @@ def test_the_multiprocess_engine_takes_pushes_through_a_worker_method(vllm, hub_
     llm = engine_llm(hub_qwen3_5)
     assert llm.engine.multiprocess
     round_trip(llm, hub_qwen3_5)
-    assert set(llm.engine.rpcs) <= fake_vllm.WORKER_METHODS and "reload_weights" in llm.engine.rpcs
+    assert set(llm.engine.rpcs) <= fake_vllm.WORKER_METHODS | llm.engine.extension_methods
+    assert "whale_load_weights_file" in llm.engine.rpcs  # a file path crosses the RPC, tensors do not
+
+
+def test_tensors_handed_to_a_multiprocess_engines_rpc_arrive_as_lists(vllm, monkeypatch):
+    # The defect the real engine showed (tests/test_vllm_real.py): the old push handed tensors to
+    # reload_weights through collective_rpc, and the worker in the other process got plain lists.
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    llm = engine_llm(str(SHIPPED_MODEL))
+    name, tensor = next(iter(AutoModelForCausalLM.from_pretrained(SHIPPED_MODEL).named_parameters()))
+    with pytest.raises((AttributeError, TypeError, ValueError)):
+        llm.engine.collective_rpc(
+            "reload_weights",
+            kwargs={"weights_iterator": [(name, tensor.detach())], "is_checkpoint_format": True},
+        )
 
 
 @pytest.mark.slow

