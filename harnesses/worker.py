@@ -8,7 +8,13 @@ Episode isolation: the worker is a *template* that never runs harness code. It i
 API, compiles the harness source once, then ``fork``s one fresh process per episode; the child
 executes the harness module and runs that one episode, talking to the template over its own pair of
 pipes, and is killed (with its process group) when the episode ends. No state flows from one episode
-to another: not class attributes, not module globals, not caches. The template stamps every message
+to another: not class attributes, not module globals, not caches. Nor can two episodes that run at
+once (the samples of one task) reach each other, even with full Python: before any harness code runs,
+each episode enters user, mount, network, IPC, UTS and PID namespaces of its own
+(``whale_envs._children.isolate_episode``): no socket (abstract or named), shared memory, signal,
+ptrace or /proc entry reaches a sibling, and the file system is read-only. Where the kernel refuses
+those namespaces the episode is refused with the reason, unless the whole run is unisolated by the
+user's opt-in (the sandbox tells the worker so; its probe checks the namespaces before a run starts). The template stamps every message
 with the episode id of the pipe it came from, so an episode cannot act for another, and it checks
 each message (size, JSON, shape) before anything reaches the trusted process.
 
@@ -40,7 +46,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from whale_envs._children import reap_exited
+from whale_envs._children import isolate_episode, reap_exited
 
 #: The longest message an episode may send (an action, a prompt); a longer one ends the episode.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -119,8 +125,27 @@ def _load(first: dict) -> type:
     return cls
 
 
-def _episode(first: dict, rfd: int, wfd: int) -> None:
-    """In the forked child: load the harness, run one episode, report, exit. Never returns."""
+#: Set by the sandbox in the worker's environment: ``"none"`` when the run is unisolated by the user's
+#: opt-in (episodes then run without namespaces where the kernel refuses them).
+ISOLATION_ENV = "WHALE_SANDBOX_ISOLATION"
+
+
+def _isolate_or_not() -> int:
+    """``isolate_episode()``: 0 in the isolated process, its pid in the caller. When the kernel refuses:
+    ``OSError`` (the reason), or -1 (run here, unisolated) when the run is unisolated by opt-in."""
+    try:
+        return isolate_episode()
+    except OSError as exc:
+        if os.environ.get(ISOLATION_ENV, "namespaces") != "none":
+            raise OSError(f"an episode cannot run alone: the kernel refused its namespaces: {exc}") from None
+        return -1
+
+
+def _episode(first: dict, rfd: int, wfd: int, pid_w: int) -> None:
+    """In the forked child: isolate, load the harness, run one episode, report, exit. Never returns.
+
+    Tells the template on ``pid_w`` which process runs the episode (``pid N``: the isolated process,
+    and this one exits) or why it cannot run (``refused ...``)."""
     code = 0
     try:
         os.setpgid(0, 0)
@@ -130,6 +155,17 @@ def _episode(first: dict, rfd: int, wfd: int) -> None:
             import resource
 
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        try:
+            isolated = _isolate_or_not()
+        except OSError as exc:
+            os.write(pid_w, f"refused {exc}"[:2000].encode("utf-8", "replace"))
+            os._exit(0)
+        if isolated > 0:  # the isolated process runs the episode; this one is done
+            os.write(pid_w, b"pid %d" % isolated)
+            os._exit(0)
+        if isolated < 0:
+            os.write(pid_w, b"pid %d" % os.getpid())
+        os.close(pid_w)
         channel = _Channel(os.fdopen(wfd, "w", encoding="utf-8"), os.fdopen(rfd, "r", encoding="utf-8"))
         error = None
         try:
@@ -212,10 +248,12 @@ class _Template:
     def start(self, episode: int) -> None:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
+        pid_r, pid_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(to_child_w)
             os.close(from_child_r)
+            os.close(pid_r)
             for child in self.children.values():  # no handle on a sibling's channel
                 for fd in (child.rfd, child.wfd):
                     try:
@@ -226,19 +264,26 @@ class _Template:
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):  # stderr is a shared log: an episode must not leave notes there
                 os.dup2(null, fd)
-            _episode(self.first, to_child_r, from_child_w)
+            _episode(self.first, to_child_r, from_child_w, pid_w)
         os.close(to_child_r)
         os.close(from_child_w)
+        os.close(pid_w)
+        answer = _read_all(pid_r).decode("utf-8", "replace")  # until the set-up is over (no harness code yet)
+        os.close(pid_r)
         os.set_blocking(to_child_w, False)  # a reply never blocks the template for long (to_child)
-        self.children[episode] = _Child(pid, from_child_r, to_child_w)
+        self.children[episode] = _Child(pid, pid, from_child_r, to_child_w)
         self.by_fd[from_child_r] = episode
+        if answer.startswith("pid ") and answer[4:].isdigit():
+            self.children[episode].pid = int(answer[4:])
+        else:
+            self.end(episode, answer.removeprefix("refused ") or "the episode process died while starting")
 
     def end(self, episode: int, error: str | None = None, report: bool = True) -> None:
         child = self.children.pop(episode, None)
         if child is None:
             return
         self.by_fd.pop(child.rfd, None)
-        for sig_target in (-child.pid, child.pid):
+        for sig_target in (-child.pgid, child.pid):
             try:
                 os.kill(sig_target, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -371,6 +416,13 @@ def _parent(pid: int) -> int:
         return 0
 
 
+def _read_all(fd: int) -> bytes:
+    out = bytearray()
+    while chunk := os.read(fd, 4096):
+        out += chunk
+    return bytes(out)
+
+
 def _read_line(fd: int) -> bytes:
     """The first line on ``fd``, read byte-wise so nothing after it is buffered away."""
     out = bytearray()
@@ -410,7 +462,11 @@ def main() -> None:
     if pid == 0:
         os.close(err_r)
         os.close(out_fd)
-        try:
+        try:  # alone like an episode: nothing it starts outlives it or meets a later episode
+            isolated = _isolate_or_not()
+            if isolated > 0:
+                _, status = os.waitpid(isolated, 0)
+                os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 3)
             _load(first)
             os._exit(0)
         except BaseException as exc:  # noqa: BLE001

@@ -20,10 +20,15 @@ pid and /proc; the harness has bypassed the lint (full Python inside the worker'
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+
 import pytest
 
+import whale_train.rollout.executors as executors
 from harnesses.loader import shipped_harnesses
 from harnesses.validate import HarnessValidationError, ValidationReport, load_class, validate_source
+from tests.test_redteam_worker import reported, rollouts, unlinted  # noqa: F401 - unlinted: a fixture
 
 HEADER = "from harnesses.base import Harness\n"
 
@@ -192,6 +197,135 @@ ORDINARY = (
 def test_ordinary_code_and_every_shipped_harness_still_pass():
     validate_source(ORDINARY.replace(", typing.cast", ""), "ordinary.py")
     for name in shipped_harnesses():
-        source = __import__("pathlib").Path("harnesses", name + ".py").read_text()
+        source = Path("harnesses", name + ".py").read_text()
         validate_source(source, name)
         load_class(source, name, restricted=True)
+
+
+# ------------------------------------------------------------------------------------ episodes alone
+
+MEET = "whale-meet-" + uuid.uuid4().hex[:8]
+
+#: Each body runs in both samples of one task at once (full Python: the lint is bypassed) and reports
+#: what it found; "met" in any report means the two samples reached each other.
+SIBLING_ROUTES = {
+    "abstract-unix-socket": (
+        "import socket\n"
+        "env.reset()\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "try:\n"
+        f"    s.bind('\\0{MEET}'); s.listen(1); s.settimeout(2.5)\n"
+        "    try:\n"
+        "        s.accept(); out = 'met'\n"
+        "    except OSError:\n"
+        "        out = 'alone'\n"
+        "except OSError:\n"  # the name is taken: the sibling holds it
+        "    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        f"    c.connect('\\0{MEET}'); out = 'met'\n"
+        "env.step('report ' + out)"
+    ),
+    "named-socket": (
+        "import socket\n"
+        "env.reset()\n"
+        "out = []\n"
+        "for d in ('/tmp', '/dev/shm', '/sandbox', '/'):\n"
+        "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "    try:\n"
+        f"        s.bind(d + '/{MEET}'); out.append('bound')\n"
+        "    except OSError as exc:\n"
+        "        out.append(type(exc).__name__)\n"
+        "env.step('report ' + ' '.join(out))"
+    ),
+    "sysv-shm": (
+        "import ctypes, time\n"
+        "env.reset()\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "time.sleep(0.2)\n"
+        "ids = [libc.shmget(0x5A17E + i, 4096, 0o1000 | 0o2000 | 0o666) for i in range(2)]\n"  # CREAT|EXCL
+        "errs = [ctypes.get_errno()]\n"
+        "out = 'met' if -1 in ids and errs[0] == 17 else ('alone' if -1 not in ids else 'error')\n"  # EEXIST
+        "sem = libc.semget(0x5A17E, 1, 0o1000 | 0o2000 | 0o666)\n"
+        "out += ' met' if sem == -1 and ctypes.get_errno() == 17 else ' alone'\n"
+        "env.step('report ' + out)"
+    ),
+    "posix-shm": (
+        "import os\n"
+        "env.reset()\n"
+        "out = []\n"
+        "for d in ('/dev/shm', '/dev/mqueue', '/run/shm'):\n"
+        "    try:\n"
+        f"        os.close(os.open(d + '/{MEET}', os.O_CREAT | os.O_EXCL | os.O_RDWR)); out.append('made')\n"
+        "    except FileExistsError:\n"
+        "        out.append('met')\n"
+        "    except OSError as exc:\n"
+        "        out.append(type(exc).__name__)\n"
+        "env.step('report ' + ' '.join(out))"
+    ),
+    "signal-a-sibling": (
+        "import os, time\n"
+        "env.reset()\n"
+        "time.sleep(0.3)\n"
+        "found = []\n"
+        "for pid in range(1, 1 << 15):\n"  # every pid this process may signal, but itself
+        "    if pid == os.getpid():\n"
+        "        continue\n"
+        "    try:\n"
+        "        os.kill(pid, 0); found.append(pid)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "env.step('report signalable ' + str(found[:5]))"
+    ),
+    "proc-of-a-sibling": (
+        "import os, time\n"
+        "env.reset()\n"
+        "time.sleep(0.3)\n"
+        "others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]\n"
+        "env.step('report processes ' + str(others[:5]))"
+    ),
+}
+
+ALONE = {
+    "abstract-unix-socket": "report alone",
+    "named-socket": "report OSError FileNotFoundError OSError OSError",  # read-only, absent, read-only, read-only
+    "sysv-shm": "report alone alone",
+    "posix-shm": "report FileNotFoundError FileNotFoundError FileNotFoundError",
+    "signal-a-sibling": "report signalable []",
+    "proc-of-a-sibling": "report processes []",
+}
+
+
+@pytest.mark.parametrize("route", sorted(SIBLING_ROUTES))
+def test_two_samples_of_one_task_cannot_reach_each_other(unlinted, route):  # noqa: F811
+    """Two samples of one task run at once in one worker (k=2, both in flight) and try to meet."""
+    trajs = rollouts(unlinted(SIBLING_ROUTES[route]), n=1, k=2, concurrency=2)
+    reports = [reported(t) for t in trajs]
+    assert [t.error for t in trajs] == [None, None], [t.error for t in trajs]
+    assert reports == [ALONE[route]] * 2, reports
+
+
+def test_an_episode_is_refused_where_its_namespaces_cannot_be_made(unlinted, monkeypatch):  # noqa: F811
+    """Fail closed: when the kernel refuses an episode's namespaces, the episode does not run (its
+    error says why), unless the run is unisolated by the user's opt-in (the sandbox then tells the
+    worker ``WHALE_SANDBOX_ISOLATION=none``). The load check is left isolated: episodes are refused."""
+    program = executors.worker_program()  # the lint-bypassing program of ``unlinted``
+
+    def refusing(opt_in: str) -> str:
+        return program.replace(
+            "harnesses.worker.main()\n",
+            "import os, sys\n_real = harnesses.worker.isolate_episode\n"
+            "def _refuse():\n"
+            "    if sys._getframe(2).f_code.co_name != '_episode':\n"
+            "        return _real()\n"
+            "    raise OSError(1, 'unshare: Operation not permitted')\n"
+            f"harnesses.worker.isolate_episode = _refuse\n{opt_in}harnesses.worker.main()\n",
+        )
+
+    ref = unlinted("env.reset()\nenv.step('report ran')")
+    monkeypatch.setattr(executors, "worker_program", lambda: refusing(""))
+    trajs = rollouts(ref, n=2)
+    assert all(not t.steps for t in trajs), [reported(t) for t in trajs]
+    assert all("cannot run alone" in t.error and "Operation not permitted" in t.error for t in trajs)
+    monkeypatch.setattr(
+        executors, "worker_program", lambda: refusing("os.environ['WHALE_SANDBOX_ISOLATION'] = 'none'\n")
+    )
+    assert [reported(t) for t in rollouts(ref, n=2)] == ["report ran"] * 2

@@ -19,6 +19,11 @@ Guarantees (``isolation="namespaces"``, Linux; what :func:`isolation_available` 
   Everything runs in a new PID namespace: when the program exits or is killed, the kernel kills every
   process it left behind (a background or daemonized process cannot outlive the call).
 * **No network**: a new network namespace with no interfaces (only a down loopback).
+* **Episodes of the harness worker alone**: the probe of the worker's configuration
+  (``site_packages=False``) also checks that each episode the worker forks can enter user, mount,
+  network, IPC, UTS and PID namespaces of its own (``_children.isolate_episode``); the worker is told
+  the run's isolation (``WHALE_SANDBOX_ISOLATION``) and refuses an episode it cannot isolate unless the
+  run is unisolated by the opt-in.
 * **Files**: a new mount namespace whose root holds only read-only views of the interpreter (and,
   with ``site_packages``, the installed packages, minus this project's own packages). No ``/etc``,
   no home, no project, no task files. The working directory ``/sandbox`` (also ``/tmp``) is a private
@@ -240,9 +245,30 @@ def isolation_problem(site_packages: bool = True) -> str | None:
         return _PROBES[key]
 
 
+#: The harness worker's part of the probe: an episode's namespaces (``_children.isolate_episode``) can be
+#: made, and the isolated process is PID 1 of its own namespace, sees no other process and no network.
+_EPISODE_PROBE = """
+import socket
+try:
+    pid = isolate_episode()
+except OSError as exc:
+    sys.stdout.write(' episodes: ' + str(exc)[:300])
+    sys.exit(0)
+if pid == 0:
+    alone = [p for p in os.listdir('/proc') if p.isdigit()] == ['1'] and os.getpid() == 1
+    os._exit(0 if alone and [n for _, n in socket.if_nameindex()] == ['lo'] else 3)
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(' episodes-alone' if status == 0 else ' episodes: the isolated process was not alone')
+"""
+
+
 def _probe(site_packages: bool) -> tuple[str | None, bool]:
-    """(why isolation is unavailable or None, whether the answer lasts)."""
+    """(why isolation is unavailable or None, whether the answer lasts). Without the installed packages
+    (the harness worker's configuration) the probe also checks that each episode can run alone."""
     code = "import os, sys; sys.stdout.write('ok %d %d' % (os.getuid(), os.path.exists('/etc/passwd')))"
+    if not site_packages:
+        children = (resources.files("whale_envs") / "_children.py").read_text(encoding="utf-8")
+        code = f"{children}\n{code}\n{_EPISODE_PROBE}"
     limits = Limits(wall_s=30, cpu_s=10, isolation="namespaces", site_packages=site_packages)
     result = _run(code, limits, isolation="namespaces", probing=True)
     if result.limit in ("wall", "cpu"):
@@ -252,11 +278,14 @@ def _probe(site_packages: bool) -> tuple[str | None, bool]:
     if result.exit_code != 0 or not result.stdout.startswith("ok "):
         detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
         return f"the sandboxed probe did not run: {detail[0][:300]}", True
-    _, uid, etc = result.stdout.split()
+    _, uid, etc, *episodes = result.stdout.split(maxsplit=3)
     if os.geteuid() == 0 and uid == "0":
         return "the sandboxed probe ran as uid 0", True
     if etc != "0":
         return "the sandboxed probe could see the host's /etc", True
+    if not site_packages and episodes != ["episodes-alone"]:
+        why = episodes[0].removeprefix("episodes: ") if episodes else "no answer"
+        return f"the harness worker's episodes cannot run alone (namespaces of their own): {why}", True
     return None, True
 
 
@@ -971,6 +1000,7 @@ def _boot_config(
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONIOENCODING": "utf-8",
         "PYTHONHASHSEED": "0",
+        "WHALE_SANDBOX_ISOLATION": isolation,  # the harness worker refuses unisolated episodes unless "none"
         "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
