@@ -225,3 +225,26 @@ def test_saved_dataset_folder_and_shards(tmp_path):
         == list(b.ids())
         == ["nq-train_0", "nq-train_1", "hotpotqa-train_0", "bamboogle-train_1"]
     )
+
+
+@pytest.mark.slow  # the session's tiny model is built first (about a minute alone; shared in a full run)
+def test_eval_reports_each_data_source_and_takes_env_options(tmp_path, fresh_model_dir, capsys):
+    from whale_train.cli import main
+
+    rows = dapo_rows(1)
+    rows[1] = {**rows[1], "data_source": "aime2024"}
+    path = write_parquet(tmp_path / "mixed.parquet", rows)
+    out = tmp_path / "eval"
+    argv = ["eval", "--env", "whale/Math-v0", "--harness", "math/paper_h0", "--model", fresh_model_dir,
+            "--tasks", f"verl:{path}", "--split", "all", "--k", "1", "--out", str(out), "--trusted",
+            "--env-option", "verifier=dapo", "--env-option", "max_tool_calls=0"]  # fmt: skip
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    by_source = results["by_data_source"]
+    assert by_source["math_dapo"]["tasks"] == 2 and by_source["aime2024"]["tasks"] == 1
+    assert by_source["average"]["mean"] == pytest.approx(
+        (by_source["math_dapo"]["mean"] + by_source["aime2024"]["mean"]) / 2
+    )
+    assert "data source average" in capsys.readouterr().out
+    assert main([*argv[:-4], "--env-option", "verifier"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err

@@ -135,7 +135,8 @@ def evaluate(args: argparse.Namespace) -> dict:
 
     from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
 
-    env = _make_env(args.env, args.tasks, args.split).unwrapped
+    env_options = env_options_of(getattr(args, "env_option", []))
+    env = _make_env(args.env, args.tasks, args.split, **env_options).unwrapped
     harness = load_harness_for(args.harness, args.env, trusted=args.trusted)
     task_ids = env.task_ids[: args.limit] if args.limit else env.task_ids
     config = RolloutConfig(
@@ -143,7 +144,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     )
     isolation = _preflight(config, env, harness)
     llm = _load_llm(args)
-    env_kwargs = {"split": args.split, **({"tasks": args.tasks} if args.tasks else {})}
+    env_kwargs = {"split": args.split, **env_options, **({"tasks": args.tasks} if args.tasks else {})}
     start = time.monotonic()
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -192,6 +193,22 @@ def evaluate(args: argparse.Namespace) -> dict:
         write_jsonl(trajs, out / "traces.jsonl")
         console.print(f"wrote {out / 'results.json'} and {out / 'traces.jsonl'}")
     return results
+
+
+def env_options_of(items: Sequence[str]) -> dict:
+    """``--env-option KEY=VALUE`` pairs as env keyword arguments; a value is read as YAML (data only)."""
+    import yaml
+
+    options = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise CLIError(f"--env-option {item!r}: expected KEY=VALUE, e.g. verifier=dapo")
+        try:
+            options[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise CLIError(f"--env-option {key}: not a YAML value: {str(exc).splitlines()[0]}") from None
+    return options
 
 
 def by_data_source(source, per_task: dict[str, float]) -> dict[str, dict]:
@@ -357,6 +374,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--base-url", default=None, help="server URL for --backend openai (e.g. http://localhost:8000/v1)"
     )
     p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
+    p.add_argument(
+        "--env-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an env keyword argument, repeatable (verifier=dapo, judge_mode=paper, max_turns=9)",
+    )
     p.add_argument("--split", default="test", choices=SPLIT_NAMES)
     p.add_argument(
         "--limit", type=count(0), default=0, help="evaluate the first N tasks of the split (0 = all)"
