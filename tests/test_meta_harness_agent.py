@@ -403,3 +403,20 @@ def test_try_candidate_rollouts_are_charged_to_the_trainers_ledger_apart(
         record = json.loads((tmp_path / "archive" / "search" / "iterations" / f"{n:03d}.json").read_text())
         assert u["rollouts"] == record["rollouts"] + 2 and record["proposer_rollouts"] == 2
     assert sum(u["rollouts"] for u in units(ledger(tmp_path))) <= 20
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "proposer 'agent' needs llm_model"),
+        (["--llm-model", "m"], "proposer 'agent' with llm_api openai needs llm_base_url"),
+        (["--llm-model", "m", "--set", "llm_api=gemini"], "unknown llm_api 'gemini'"),
+    ],
+)
+def test_agent_settings_errors_are_one_line(extra, message, tmp_path, capsys):
+    from whale_train.cli import main
+
+    argv = ["search", "--env", MATH, "--iterations", "1", "--out", str(tmp_path), "--proposer", "agent"]
+    assert main(argv + extra) != 0
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

@@ -38,6 +38,7 @@ import gymnasium as gym
 from harnesses import base as harness_base
 from harnesses.loader import harness_from_source
 from harnesses.validate import ALLOWED_MODULES, HarnessValidationError
+from whale_envs.sandbox import IsolationUnavailable
 from whale_train.domains import domain_for
 from whale_train.meta_harness import evaluate
 from whale_train.meta_harness.archive import SEARCH_DIR, atomic_write_text, public_trace
@@ -409,9 +410,13 @@ class _Session:
         self.try_left -= len(trajs)
         lines = [public_trace(t) for t in trajs]
         path = f"tries/try-{self.now['tries']}.jsonl"
-        self.jail.put(path, "".join(json.dumps(d, ensure_ascii=False, default=str) + "\n" for d in lines))
+        try:
+            self.jail.put(path, "".join(json.dumps(d, ensure_ascii=False, default=str) + "\n" for d in lines))
+            where = f"traces in your scratch folder: {path}"
+        except (RuntimeError, IsolationUnavailable) as exc:  # the outcomes below still count
+            where = f"the traces could not be written to your scratch folder ({exc})"
         solved = sum(t.solved for t in trajs)
-        out = [f"{solved} of {len(trajs)} train episodes solved; traces in your scratch folder: {path}"]
+        out = [f"{solved} of {len(trajs)} train episodes solved; {where}"]
         for t in trajs:
             last = t.calls[-1].completion if t.calls else ""
             out.append(
