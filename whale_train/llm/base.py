@@ -12,11 +12,17 @@ requests happened to share its batch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 #: A prompt: plain text, or chat messages ``[{"role": "user", "content": "..."}, ...]``.
 Prompt = str | list[dict[str, str]]
+
+#: Stop strings of one request, at most, and characters of each: a backend checks every stop string
+#: against the tail of each completion at every new token, so their size is bounded for every backend.
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 256
 
 
 class ScoreUnsupported(RuntimeError):
@@ -41,13 +47,25 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
 
     def __post_init__(self):
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        object.__setattr__(self, "stop", tuple(self.stop))
+        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        if len(stop) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(stop)}")
+        for s in stop:
+            if not isinstance(s, str) or len(s) > MAX_STOP_CHARS:
+                raise ValueError(
+                    f"a stop string is a string of at most {MAX_STOP_CHARS} characters, got {s!r:.60}"
+                )
+        object.__setattr__(self, "stop", stop)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ call, wherever the harness runs, arrives here as ``Episode.call(method, args)``.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ import gymnasium as gym
 
 from harnesses.base import HANDLE_METHODS, HarnessCallError
 from whale_train.config_io import option
-from whale_train.llm.base import Completion, Request, SamplingParams, ScoreUnsupported
+from whale_train.files import replace_lone_surrogates
+from whale_train.llm.base import MAX_STOP_STRINGS, Completion, Request, SamplingParams, ScoreUnsupported
 from whale_train.rollout.batcher import Batcher
 from whale_train.rollout.metrics import categorize
 from whale_train.rollout.records import EnvStep, LLMCall, Trajectory, jsonable, stable_seed
@@ -29,8 +31,20 @@ class EpisodeLimits:
     max_tokens: int = option(512, "new tokens of any single request, at most")
     harness_seconds: float = option(
         30.0,
-        "the harness's own compute between two handle calls, in seconds (waiting for the model or the env "
-        "does not count; the CLI's --episode-timeout)",
+        "the harness's own time between two answered handle calls, in seconds (from the episode's start or "
+        "the reply to its last answered call to the arrival of its next call: waiting for the model, the "
+        "env or the trusted side does not count, a refused call does not restart it; the CLI's "
+        "--episode-timeout)",
+    )
+    episode_seconds: float = option(
+        3600.0,
+        "a hard limit on the whole episode's wall-clock time from its start, waiting for the model "
+        "included; nothing the episode does restarts it (a backstop: keep it far above an honest episode)",
+    )
+    max_request_chars: int = option(
+        1_048_576,
+        "characters of the prompts of one complete/sample/complete_many call (a prompt sampled n times "
+        "counts n times); a larger call is refused",
     )
     max_prompt_chars: int = option(
         32_768,
@@ -48,14 +62,15 @@ class EpisodeLimits:
             "max_options",
             "max_scored_chars",
             "max_action_chars",
+            "max_request_chars",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.harness_seconds, (int, float)) or self.harness_seconds <= 0:
-            raise ValueError(
-                f"harness_seconds (the episode timeout) must be positive, got {self.harness_seconds!r}"
-            )
+        for name in ("harness_seconds", "episode_seconds"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < float("inf"):
+                raise ValueError(f"{name} (an episode time limit) must be a positive number, got {value!r}")
 
 
 _PARAM_KEYS = {"temperature", "top_p", "max_tokens", "stop"}
@@ -85,9 +100,12 @@ class Episode:
         self._reset_done = False
         self._ended = False
         self._n_requests = 0
-        self._started = time.monotonic()
-        self.last_activity = self._started
-        self.busy_in_harness = True  # False while a handle call is being served
+        # The clocks (see ``start``, ``overdue``): the harness's own time in its current turn is
+        # ``_turn_used`` plus, while none of its calls is being served, the time since ``_turn_mark``.
+        self._clock = threading.Lock()
+        self._serving = 0  # calls of this episode accepted and not yet answered
+        self._turn_used = 0.0
+        self.start()
         self.model_error: str | None = None  # the first failed model call: the episode is a model error
         task = env.unwrapped.source.get(task_id)
         self.traj = Trajectory(
@@ -99,6 +117,58 @@ class Episode:
             model_version=getattr(batcher.llm, "version", 0),
             difficulty=jsonable(task.meta.get("difficulty")),
         )
+
+    # -------------------------------------------------------------- the clocks
+
+    def start(self, now: float | None = None) -> None:
+        """The episode starts now (its process is started, or its thread plays it): both clocks start."""
+        with self._clock:
+            self._started = time.monotonic() if now is None else now
+            self._turn_mark = self._started
+            self._turn_used = 0.0
+
+    def call_arrived(self, at: float) -> None:
+        """A call of the harness arrived at ``at`` (stamped where it was read): its turn pauses."""
+        with self._clock:
+            if self._serving == 0:
+                self._turn_used += max(0.0, at - self._turn_mark)
+            self._serving += 1
+
+    def call_answered(self, at: float, served: bool) -> None:
+        """The reply to a call went out at ``at``. ``served``: the call was accepted (whatever its
+        outcome), so the harness's next turn starts; a refused call does not restart its turn."""
+        with self._clock:
+            self._serving = max(0, self._serving - 1)
+            if served:
+                self._turn_used = 0.0
+            if self._serving == 0:
+                self._turn_mark = at
+
+    def turn_seconds(self, now: float) -> float:
+        """The harness's own time in its current turn, as of ``now``."""
+        with self._clock:
+            running = max(0.0, now - self._turn_mark) if self._serving == 0 else 0.0
+            return self._turn_used + running
+
+    def overdue(self, now: float, arrived: float | None = None) -> str | None:
+        """Why this episode must end (a limit passed), or None. ``arrived``: when a call of the harness
+        that is not served yet arrived; its turn ended then (the wait on the trusted side is not its).
+
+        Two clocks, neither of which a call of the episode can restart other than by being answered:
+        ``harness_seconds`` per turn of the harness (its own time between two answered calls) and
+        ``episode_seconds`` for the whole episode's wall-clock time."""
+        lim = self.limits
+        if now - self._started > lim.episode_seconds:
+            return (
+                f"timeout: the episode ran for more than {lim.episode_seconds:g} s (the hard limit per "
+                "episode, waiting for the model included)"
+            )
+        if self.turn_seconds(now if arrived is None else min(now, arrived)) > lim.harness_seconds:
+            return (
+                f"timeout: the harness computed for more than {lim.harness_seconds:g} s without an answered "
+                "call to the env or the model"
+            )
+        return None
 
     # -------------------------------------------------------------- serving handle calls
 
@@ -125,13 +195,6 @@ class Episode:
         obs, info = self.env.reset(seed=self.traj.seed, options={"task_id": self.traj.task_id})
         self.traj.reset_observation = obs
         return self._done((obs, jsonable(info)))
-
-    def overdue(self, now: float) -> str | None:
-        """Why this episode must end now (its harness computed too long), or None."""
-        limit = self.limits.harness_seconds
-        if self.busy_in_harness and now - self.last_activity > limit:
-            return f"timeout: the harness computed for more than {limit:g} s without calling the env or the model"
-        return None
 
     def _op_step(self, action: Any) -> Future:
         if not self._reset_done:
@@ -179,7 +242,12 @@ class Episode:
         params = {k: v for k, v in params.items() if v is not None}
         if "stop" in params:
             stop = params["stop"]
-            params["stop"] = tuple([stop] if isinstance(stop, str) else stop)
+            stop = [stop] if isinstance(stop, str) else stop
+            if not isinstance(stop, list) or len(stop) > MAX_STOP_STRINGS:
+                raise HarnessCallError(
+                    f"stop must be a string or a list of at most {MAX_STOP_STRINGS} strings"
+                )
+            params["stop"] = tuple(stop)
         try:
             sp = SamplingParams(**params)
         except (TypeError, ValueError) as exc:
@@ -190,17 +258,31 @@ class Episode:
             )
         return sp
 
-    def _requests(self, prompts: list[Any], params: dict[str, Any]) -> list[Request]:
-        sp = self._params(params)
-        if self._n_requests + len(prompts) > self.limits.max_llm_calls:
+    def _requests(self, prompts: list[Any], params: dict[str, Any], copies: int = 1) -> list[Request]:
+        """The requests of one call: each of ``prompts`` ``copies`` times. Every size is checked before
+        anything is built (the count against the calls left, the prompts' characters, the params)."""
+        lim = self.limits
+        if self._n_requests + len(prompts) * copies > lim.max_llm_calls:
+            left = lim.max_llm_calls - self._n_requests
             raise HarnessCallError(
-                f"LLM call limit reached ({self.limits.max_llm_calls} requests per episode)"
+                f"LLM call limit reached ({lim.max_llm_calls} requests per episode; this call asks for "
+                f"{len(prompts) * copies}, {left} left)"
             )
-        reqs = []
+        chars = 0
         for prompt in prompts:
             _check_prompt(prompt)
-            reqs.append(Request(prompt, sp, stable_seed(self.traj.seed, self._n_requests)))
-            self._n_requests += 1
+            chars += _prompt_chars(prompt) * copies
+        if chars > lim.max_request_chars:
+            raise HarnessCallError(
+                f"the prompts of this call hold {chars} characters (n samples count n times), over this "
+                f"run's limit of {lim.max_request_chars} per call"
+            )
+        sp = self._params(params)
+        reqs = []
+        for prompt in prompts:
+            for _ in range(copies):
+                reqs.append(Request(prompt, sp, stable_seed(self.traj.seed, self._n_requests)))
+                self._n_requests += 1
         return reqs
 
     def _sampled(self, reqs: list[Request], future: Future, unwrap: bool) -> Future:
@@ -217,7 +299,7 @@ class Episode:
                 self.traj.calls.append(
                     LLMCall.of("sample", req.prompt, c, req.seed, _params_dict(req.params))
                 )
-            texts = [c.text for c in comps]
+            texts = [replace_lone_surrogates(c.text) for c in comps]  # a remote backend's text may hold any
             out.set_result(texts[0] if unwrap else texts)
 
         future.add_done_callback(record)
@@ -228,9 +310,9 @@ class Episode:
         return self._sampled(reqs, self.batcher.submit_complete(reqs, owner=self), unwrap=True)
 
     def _op_sample(self, prompt: Any, n: int, params: dict[str, Any] | None = None) -> Future:
-        if not isinstance(n, int) or n < 1:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise HarnessCallError(f"n must be a positive integer, got {n!r}")
-        reqs = self._requests([prompt] * n, params or {})
+        reqs = self._requests([prompt], params or {}, copies=n)  # n checked before n requests are built
         return self._sampled(reqs, self.batcher.submit_complete(reqs, owner=self), unwrap=False)
 
     def _op_complete_many(self, prompts: list[Any], params: dict[str, Any] | None = None) -> Future:
@@ -241,13 +323,15 @@ class Episode:
 
     def _scored(self, prompt: Any, options: list[str], choose: bool) -> Future:
         _check_prompt(prompt)
-        if not isinstance(options, list) or not options or not all(isinstance(o, str) and o for o in options):
-            raise HarnessCallError("options must be a non-empty list of non-empty strings")
         lim = self.limits
+        if not isinstance(options, list) or not options:
+            raise HarnessCallError("options must be a non-empty list of non-empty strings")
         if len(options) > lim.max_options:
             raise HarnessCallError(
                 f"{len(options)} options is over this run's limit of {lim.max_options} per call"
             )
+        if not all(isinstance(o, str) and o for o in options):
+            raise HarnessCallError("options must be a non-empty list of non-empty strings")
         if sum(map(len, options)) > lim.max_scored_chars:
             raise HarnessCallError(
                 f"the options hold {sum(map(len, options))} characters, over this run's limit of "
@@ -273,27 +357,25 @@ class Episode:
                 return
             scores = [float(c.logprob or 0.0) for c in comps]
             best = max(range(len(scores)), key=lambda i: scores[i])
-            if choose:
-                self.traj.calls.append(
-                    LLMCall.of("choice", prompt, comps[best], None, {"options": len(options)})
+            # A scoring call, never training data: the model sampled nothing (the options are the
+            # harness's text). A choice keeps the option it picked as text, for reading, with no ids.
+            c = comps[0]
+            self.traj.calls.append(
+                LLMCall(
+                    "choice" if choose else "score",
+                    prompt,
+                    c.prompt_text,
+                    options[best] if choose else "",
+                    c.prompt_ids,
+                    None,
+                    "stop",
+                    c.prompt_tokens,
+                    sum(x.completion_tokens for x in comps),
+                    params={"options": len(options)},
+                    logprob=scores[best] if choose else None,
                 )
-                out.set_result(best)
-            else:
-                c = comps[0]
-                self.traj.calls.append(
-                    LLMCall(
-                        "score",
-                        prompt,
-                        c.prompt_text,
-                        "",
-                        c.prompt_ids,
-                        None,
-                        "stop",
-                        c.prompt_tokens,
-                        sum(x.completion_tokens for x in comps),
-                    )
-                )
-                out.set_result(scores)
+            )
+            out.set_result(best if choose else scores)
 
         self.batcher.submit_score(prompt, options, owner=self).add_done_callback(record)
         return out
@@ -331,6 +413,10 @@ def _keep_end(prompt: Any, max_chars: int) -> Any:
         excess -= cut
         out.append({**m, "content": m["content"][cut:]})
     return out
+
+
+def _prompt_chars(prompt: Any) -> int:
+    return len(prompt) if isinstance(prompt, str) else sum(len(m["content"]) for m in prompt)
 
 
 def _check_prompt(prompt: Any) -> None:

@@ -7,9 +7,14 @@ how the harness's handle calls reach the trusted side.
 The worker executor keeps ``concurrency`` episodes in flight in one sandboxed worker, each episode in
 a fresh process of its own forked from the worker's warm template (``harnesses.worker``), so no state
 flows between episodes. A watchdog ends every episode whose harness computes for longer than
-``limits.harness_seconds`` without calling a handle, or whose whole wall time passes
+``limits.harness_seconds`` without an answered handle call, or whose whole wall time passes
 ``limits.episode_seconds``: that episode's process is killed and recorded as a timeout, the others
-go on (a batch of looping episodes costs one timeout, not one per episode). Every message from the
+go on (a batch of looping episodes costs one timeout, not one per episode). The harness's clock runs
+from the reply to its last answered call (or its start) to the moment its next message is read off the
+worker's pipe, by a thread that does nothing else: a message waiting for the busy trusted side, a
+batch of the model, an env step are not the harness's time, so a loaded machine does not turn honest
+episodes into timeouts. A refused call is answered but does not restart the clock, and nothing
+restarts the hard ``episode_seconds``. Every message from the
 worker is checked (size, UTF-8, JSON, shape, a known episode id); a worker that breaks the protocol or
 dies ends its in-flight episodes with the reason; after ``MAX_WORKER_RESTARTS`` deaths the remaining
 episodes are recorded as failed without running, so one bad harness cannot stall an evaluation.
@@ -206,6 +211,7 @@ def _run_in_process(harness, llm, jobs, new_episode, close_episode, batcher, con
 
     def play(ep: Episode) -> Trajectory:
         error = None
+        ep.start()  # built ahead of its turn: its clock starts when it is played
         try:
             call = _caller(ep)
             cls().run(EnvProxy(call), LLMProxy(call, chat))
@@ -275,6 +281,9 @@ class _Worker:
         self.proc = spawn_python(worker_program(), limits)
         self._lock = threading.Lock()
         self.inbox = inbox
+        #: episode id -> when its oldest message not yet handled was read (by ``_read``, which only
+        #: reads): the harness's turn ended then, however long the trusted side takes to handle it.
+        self.arrived: dict[int, float] = {}
         self.send(
             {
                 "op": "load",
@@ -300,10 +309,14 @@ class _Worker:
                         (self, {"op": "protocol", "error": f"a message over {MAX_MESSAGE_BYTES} bytes"})
                     )
                     return
+                now = time.monotonic()
                 msg, why = parse_message(line.rstrip(b"\n"))
                 if msg is None:
                     self.inbox.put((self, {"op": "protocol", "error": why}))
                     return
+                eid = msg.get("episode")
+                if isinstance(eid, int):
+                    self.arrived.setdefault(eid, now)
                 self.inbox.put((self, msg))
         except (OSError, ValueError) as exc:
             self.inbox.put((self, {"op": "protocol", "error": f"reading the worker failed: {exc}"}))
@@ -312,8 +325,8 @@ class _Worker:
 
     def send(self, msg: dict) -> bool:
         try:
-            with self._lock:
-                self.proc.stdin.write(json.dumps(msg, ensure_ascii=False) + "\n")
+            with self._lock:  # ASCII: a reply holding a lone surrogate is still a line the pipe takes
+                self.proc.stdin.write(json.dumps(msg, ensure_ascii=True) + "\n")
                 self.proc.stdin.flush()
             return True
         except (BrokenPipeError, OSError, ValueError):
@@ -424,6 +437,7 @@ class _WorkerRun:
             self.in_flight[eid] = ep
             self.locks[ep] = threading.Lock()
             self.batcher.enter(ep)
+            ep.start()  # its clocks start with its process, not when it was queued
             self.worker.send({"op": "start", "episode": eid})
 
     def _handle(self, msg: dict) -> None:
@@ -436,15 +450,23 @@ class _WorkerRun:
             return
         eid = msg.get("episode")
         ep = self.in_flight.get(eid) if isinstance(eid, int) and not isinstance(eid, bool) else None
+        arrived = self.worker.arrived.pop(eid, None) if self.worker is not None else None
         if ep is None:
             return  # a late message of an episode already ended (killed, timed out)
+        arrived = arrived or time.monotonic()
+        why = ep.overdue(arrived, arrived)  # decided by when it arrived, not when the trusted side got to it
+        if why and op in ("done", "call"):
+            del self.in_flight[eid]
+            self.worker.send({"op": "kill", "episode": eid})
+            self._end(ep, why)
+            return
         if op == "done":
             del self.in_flight[eid]
             error = msg.get("error")
             error = error if isinstance(error, str) or error is None else repr(error)[:4000]
             self._end(ep, f"harness_error: {error}" if error else None)
         elif op == "call":
-            ep.busy_in_harness = False
+            ep.call_arrived(arrived)
             args = msg.get("args")
             if not isinstance(args, dict) or not isinstance(msg.get("method"), str):
                 self._reply(ep, eid, None, "a call needs a method name and an object of arguments")
@@ -470,14 +492,21 @@ class _WorkerRun:
 
     def _reply_future(self, ep: Episode, eid: int, future: Future, worker: _Worker | None) -> None:
         exc = future.exception()
-        self._reply(ep, eid, None if exc else future.result(), str(exc) if exc else None, worker)
+        value = None if exc else future.result()
+        self._reply(ep, eid, value, str(exc) if exc else None, worker, served=True)
 
     def _reply(
-        self, ep: Episode, eid: int, value: Any, error: str | None, worker: _Worker | None = None
+        self,
+        ep: Episode,
+        eid: int,
+        value: Any,
+        error: str | None,
+        worker: _Worker | None = None,
+        served: bool = False,
     ) -> None:
+        """Answer a call; ``served``: it was accepted (its harness's next turn starts), else refused."""
         worker = worker or self.worker
-        ep.last_activity = time.monotonic()
-        ep.busy_in_harness = True
+        ep.call_answered(time.monotonic(), served)  # before it goes: the next call may come at once
         if worker is not None:
             msg = {"op": "reply", "episode": eid, "ok": error is None}
             msg.update({"error": error} if error else {"value": value})
@@ -486,8 +515,9 @@ class _WorkerRun:
     def _watchdog(self) -> None:
         """End every episode past a limit at once (each in its own process: the others go on)."""
         now = time.monotonic()
+        arrived = self.worker.arrived if self.worker is not None else {}
         for eid, ep in list(self.in_flight.items()):
-            why = ep.overdue(now)
+            why = ep.overdue(now, arrived.get(eid))
             if why:
                 del self.in_flight[eid]
                 if self.worker is not None:
