@@ -12,8 +12,8 @@ The harness sees the env and the model only through two narrow handles:
 ``llm``
     ``complete(prompt, **params) -> str``, ``sample(prompt, n, **params) -> list[str]``,
     ``complete_many(prompts, **params) -> list[str]``, ``choose(prompt, options) -> int`` (the option with
-    the highest log-likelihood; recorded as a call whose completion is that option, so RSFT can train
-    on it), ``score(prompt, continuations) -> list[float]``, and ``has_chat_template``. A prompt is
+    the highest log-likelihood; a scoring call, never training data: the options are the harness's
+    text), ``score(prompt, continuations) -> list[float]``, and ``has_chat_template``. A prompt is
     text or chat messages ``[{"role": "user", "content": ...}]``. Params: ``temperature``, ``top_p``,
     ``max_tokens``, ``stop``. These methods are written once, in ``ENV_METHODS`` / ``LLM_METHODS`` below:
 the proxies a harness gets and the trusted side that serves the calls derive from that list.
@@ -129,8 +129,8 @@ LLM_METHODS = (
     HandleMethod(
         "choose",
         ("prompt", "options"),
-        "The index of the option with the highest log-likelihood after ``prompt``; recorded as a call "
-        "whose completion is that option, so RSFT can train on it.",
+        "The index of the option with the highest log-likelihood after ``prompt`` (a scoring call: "
+        "recorded with the option it picked, never trained on).",
         lists=("options",),
     ),
     HandleMethod(

@@ -66,10 +66,10 @@ def test_examples_come_from_every_call_of_accepted_trajectories(fresh_model_dir)
     kept = accept([solved, failed, solved], RSFTConfig(per_task_cap=1))
     assert kept == [solved]
     examples = examples_from(kept, config, tok)
-    im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    assert [(e.prompt_ids, e.completion_ids) for e in examples] == [((1, 2), (3, 4)), ((1, 2), (7, im_end))]
+    # a choice and a score are scoring calls: the model sampled nothing, nothing to train on
+    assert [(e.prompt_ids, e.completion_ids) for e in examples] == [((1, 2), (3, 4))]
     # without dedup and the stop rule: both copies of "4"; "x" was a discarded alternative of the same prompt
-    assert len(examples_from(kept, RSFTConfig(dedup=False, require_stop=False), tok)) == 3
+    assert len(examples_from(kept, RSFTConfig(dedup=False, require_stop=False), tok)) == 2
 
 
 def test_losing_votes_and_discarded_samples_are_not_trained_on():

@@ -126,10 +126,11 @@ def accept(trajs: list[Trajectory], config: RSFTConfig) -> list[Trajectory]:
 def examples_from(trajs: list[Trajectory], config: RSFTConfig, tokenizer: Any) -> list[Example]:
     """Every trainable call of the accepted trajectories as an example on its sampled token ids.
 
-    ``sample`` calls train on their completion ids as generated; ``choice`` calls on the chosen option's
-    ids plus the end-of-turn token (``<|im_end|>`` after a chat prompt, else end-of-sequence), so the
-    model learns to stop after it. A call without token ids (a remote backend that does not return them)
-    is re-tokenized from its text.
+    Only what the model sampled is trained on: ``sample`` calls, on their completion ids as generated
+    (a call without token ids, from a remote backend that does not return them, is re-tokenized from
+    its text). Scoring calls (``score``, and ``choice``: ``llm.choose`` of any number of options) are
+    never examples: their text is the harness's, which the model only scored, and a one-option choice
+    would otherwise turn any text a harness writes into training data.
     """
     out: list[Example] = []
     seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
@@ -184,9 +185,9 @@ def used_calls(t: Trajectory) -> list[LLMCall]:
 
 
 def _example(call: LLMCall, task_id: str, tokenizer: Any, config: RSFTConfig) -> Example | None:
-    if call.kind not in ("sample", "choice"):
+    if call.kind != "sample":  # scoring calls (score, choice): the model sampled nothing
         return None
-    if call.kind == "sample" and config.require_stop and call.finish_reason != "stop":
+    if config.require_stop and call.finish_reason != "stop":
         return None
     prompt = call.prompt_ids
     completion = call.completion_ids
@@ -195,9 +196,6 @@ def _example(call: LLMCall, task_id: str, tokenizer: Any, config: RSFTConfig) ->
     if completion is None:
         completion = tokenizer(call.completion, add_special_tokens=False)["input_ids"]
     completion = list(completion)
-    end_id = _end_id(tokenizer, chat=not isinstance(call.prompt, str))
-    if call.kind == "choice" and end_id is not None and (not completion or completion[-1] != end_id):
-        completion.append(end_id)
     if not completion or len(prompt) + len(completion) > config.max_length:
         return None
     return Example(tuple(prompt), tuple(completion), task_id)
@@ -662,13 +660,3 @@ def load_checkpoint(model: Any, path: Path) -> None:
                     f"checkpoint {path} does not match the model: no {name!r} of shape {tuple(param.shape)}"
                 )
             param.copy_(source[name].to(param.device))
-
-
-def _end_id(tokenizer: Any, chat: bool) -> int | None:
-    if tokenizer is None:
-        return None
-    if chat:
-        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        if isinstance(im_end, int) and im_end >= 0 and im_end != getattr(tokenizer, "unk_token_id", None):
-            return im_end
-    return tokenizer.eos_token_id

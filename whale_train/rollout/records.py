@@ -15,8 +15,10 @@ from whale_train.llm.base import Completion
 
 @dataclass
 class LLMCall:
-    """One model call of an episode. ``kind``: ``sample`` (generated), ``choice`` (an option picked by
-    likelihood; ``completion`` is the option), or ``score`` (likelihoods only, nothing to train on)."""
+    """One model call of an episode. ``kind``: ``sample`` (generated: the only kind RSFT trains on),
+    ``choice`` (an option picked by likelihood; ``completion`` is the option, for reading, and
+    ``completion_ids`` is None: the harness wrote it, the model sampled nothing) or ``score``
+    (likelihoods only)."""
 
     kind: str
     prompt: Any
