@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import sys
@@ -206,7 +207,9 @@ def _depth(value, limit: int) -> bool:
 
 def parse_message(line: bytes) -> tuple[dict | None, str | None]:
     """A message from an episode, or (None, why it is refused): not UTF-8, not JSON, too deep, not an
-    object with a string ``op``. Used by the template and again by the trusted side."""
+    object with a string ``op``. Used by the template and again by the trusted side. A lone surrogate
+    escape (``"\\ud800"``: valid JSON, but no UTF-8 writer can encode the text it decodes to) is replaced
+    by U+FFFD, so whatever an episode sends can be recorded and written."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -219,12 +222,30 @@ def parse_message(line: bytes) -> tuple[dict | None, str | None]:
         return None, f"the message is not an object with an 'op' (got {type(msg).__name__})"
     if not _depth(msg, MAX_DEPTH):
         return None, f"the message nests deeper than {MAX_DEPTH} levels"
+    if _SURROGATE_ESCAPE.search(text):  # the decoded text holds surrogates only where escapes were
+        msg = _without_lone_surrogates(msg)
     return msg, None
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value):
+    """``value`` (decoded JSON, depth already checked) with U+FFFD for every lone surrogate."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
+
+
 class _Child:
-    def __init__(self, pid: int, rfd: int, wfd: int):
+    def __init__(self, pid: int, pgid: int, rfd: int, wfd: int):
         self.pid, self.rfd, self.wfd = pid, rfd, wfd
+        self.pgid = pgid  # the process group of the episode (the forked child's pid)
         self.buf = bytearray()  # what came from the episode, not yet a whole line
         self.out = bytearray()  # replies its pipe has not taken yet
 

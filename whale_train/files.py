@@ -9,20 +9,30 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 #: In the name of every temporary file an atomic write leaves behind when it is killed.
 TMP_MARKER = ".tmp-"
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def replace_lone_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate (a code point UTF-8 cannot encode: a JSON ``"\\ud800"`` decodes
+    to one) replaced by U+FFFD, so it can always be written as UTF-8."""
+    return _LONE_SURROGATE.sub("\ufffd", text) if _LONE_SURROGATE.search(text) else text
+
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` beside ``path`` and rename it into place (readers see the old file or the new one)."""
+    """Write ``text`` beside ``path`` and rename it into place (readers see the old file or the new one).
+    Text from episodes or a model may hold lone surrogates: they are written as U+FFFD, never a crash."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}{TMP_MARKER}{os.getpid()}")
     with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
+        fh.write(replace_lone_surrogates(text))
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
