@@ -68,7 +68,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     from whale_envs.search.dense import DenseIndexError, Encoder, build_index
-    from whale_train.cli import CLIError, console
+    from whale_train.cli_common import CLIError, console
 
     corpus = _corpus(args.corpus)
     try:
@@ -118,7 +118,7 @@ def make_backend(corpus_path: str, index: str | None, *, nprobe: int | None = No
 def cmd_serve(args: argparse.Namespace) -> int:
     from whale_envs.search.dense import DenseIndexError
     from whale_envs.search.server import RetrievalServer
-    from whale_train.cli import CLIError, console
+    from whale_train.cli_common import CLIError, console
 
     try:
         backend = make_backend(args.corpus, args.index, nprobe=args.nprobe, device=args.device)
