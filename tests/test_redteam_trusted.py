@@ -258,13 +258,13 @@ def half_right(text: str) -> str:
 
 
 def test_time_the_trusted_side_is_busy_is_not_the_harnesss():
-    """The trusted side stops for 0.5 s after each finished episode (as a loaded one does): the calls
+    """The trusted side stops for 1.2 s after each finished episode (as a loaded one does): the calls
     the other episodes sent meanwhile waited on it, and that was charged to them as their compute."""
 
     def busy(_traj) -> None:
-        time.sleep(0.5)
+        time.sleep(1.2)
 
-    config = RolloutConfig(k=2, concurrency=4, limits=EpisodeLimits(harness_seconds=0.4))
+    config = RolloutConfig(k=1, concurrency=4, limits=EpisodeLimits(harness_seconds=1.0))
     trajs = run_rollouts(
         harness(THREE_TURNS),
         MATH,

@@ -80,7 +80,12 @@ class Episode:
     """The trusted side of one episode: its env, its record, and the handle operations.
 
     ``call(method, args)`` serves one handle call and returns a Future (already resolved for env
-    operations). It raises ``HarnessCallError`` for a bad call.
+    operations). It raises ``HarnessCallError`` for a bad call, a size over its limit included, before
+    anything is built for it.
+
+    Its clocks (executors report ``start``, ``call_arrived`` and ``call_answered``; ``overdue`` judges):
+    the harness's turn runs from the start or the reply to its last served call to the arrival of its
+    next call, and a refused call does not end it; the whole episode's wall-clock time has a hard limit.
     """
 
     def __init__(
@@ -103,7 +108,7 @@ class Episode:
         # The clocks (see ``start``, ``overdue``): the harness's own time in its current turn is
         # ``_turn_used`` plus, while none of its calls is being served, the time since ``_turn_mark``.
         self._clock = threading.Lock()
-        self._serving = 0  # calls of this episode accepted and not yet answered
+        self._serving = 0  # calls of this episode that arrived and are not answered yet
         self._turn_used = 0.0
         self.start()
         self.model_error: str | None = None  # the first failed model call: the episode is a model error
