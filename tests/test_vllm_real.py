@@ -252,3 +252,20 @@ def test_the_openai_backend_against_vllms_server_samples_what_transformers_does(
     assert greedy(llm) == transformers_greedy(hf, model_dir)
     models = json.loads(urllib.request.urlopen(server + "/models").read())
     assert [m["id"] for m in models["data"]] == ["tiny"]
+
+
+def test_the_replica_weight_source_fits_vllms_weight_transfer_source_class():
+    from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+    from whale_train.llm.replicas import TensorsSource
+
+    tensors = [("model.a.weight", torch.ones(2, 3)), ("lm_head.weight", torch.zeros(4, dtype=torch.bfloat16))]
+    source = TensorsSource(tensors)  # abstract methods missing would raise TypeError here
+    assert isinstance(source, WeightSource)
+    meta = source.metadata() if callable(source.metadata) else source.metadata
+    assert meta == [
+        ParamMeta("model.a.weight", torch.float32, (2, 3)),
+        ParamMeta("lm_head.weight", torch.bfloat16, (4,)),
+    ]
+    for _ in range(2):  # a fresh pass each round
+        assert [(n, t.tolist()) for n, t in source] == [(n, t.tolist()) for n, t in tensors]

