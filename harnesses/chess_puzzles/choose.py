@@ -2,7 +2,8 @@
 
 Instead of letting the model write a move (which a small model often gets wrong), pick the legal move
 whose ``<move>uci</move>`` answer the model finds most likely. Never illegal; one model call per move.
-The choice is recorded like a sampled answer, so RSFT can train on it.
+The choice is a scoring call: recorded with the move it picked, never trained on (the model sampled
+nothing; RSFT trains only on sampled tokens).
 """
 
 from harnesses.chess_puzzles.h0 import ChessH0
