@@ -296,6 +296,8 @@ class _Template:
         self.by_fd[from_child_r] = episode
         if answer.startswith("pid ") and answer[4:].isdigit():
             self.children[episode].pid = int(answer[4:])
+            if int(answer[4:]) != pid:  # the forked child has exited: collect it now (no zombie counts
+                os.waitpid(pid, 0)  # against the process cap until the next episode ends)
         else:
             self.end(episode, answer.removeprefix("refused ") or "the episode process died while starting")
 

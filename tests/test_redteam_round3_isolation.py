@@ -329,3 +329,11 @@ def test_an_episode_is_refused_where_its_namespaces_cannot_be_made(unlinted, mon
         executors, "worker_program", lambda: refusing("os.environ['WHALE_SANDBOX_ISOLATION'] = 'none'\n")
     )
     assert [reported(t) for t in rollouts(ref, n=2)] == ["report ran"] * 2
+
+
+def test_many_episodes_in_flight_fit_the_process_cap(unlinted):  # noqa: F811
+    """Each episode is one process once set up (the forked child that made its namespaces is collected
+    at once), so ``concurrency`` episodes in flight fit the worker's cap of ``concurrency + 32``."""
+    ref = unlinted("import time\nenv.reset()\ntime.sleep(2)\nenv.step('report done')")
+    trajs = rollouts(ref, n=48, concurrency=48)
+    assert [(t.error, reported(t)) for t in trajs] == [(None, "report done")] * 48
