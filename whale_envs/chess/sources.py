@@ -178,7 +178,12 @@ def _register() -> None:
     from whale_envs.tasks import register_generator, register_source
 
     register_generator("chess", make_generated, "mate-in-1/2 puzzles verified by search (no files)")
-    register_source("chess", "lichess", load_lichess, doc="Lichess puzzle CSV (bundled: 1000-puzzle sample)")
+    register_source(
+        "chess",
+        "lichess",
+        load_lichess,
+        doc="Lichess puzzle CSV, .csv.zst or parquet; min_plies/max_plies (bundled: 1000-puzzle sample)",
+    )
     register_source(
         "chess", "epd", load_epd, doc="EPD test suites, bm/am (bundled: WAC, Arasan 2024, ECM, IQ4, BT-2630)"
     )
