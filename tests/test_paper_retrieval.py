@@ -311,3 +311,34 @@ def test_cli_build_then_serve_backend(encoder_dir, corpus_file, tmp_path):
         )
         == 2
     )
+
+
+def test_whale_retriever_serve_command_answers(corpus_file, tmp_path):
+    """The command itself, as a user starts it: port 0, the URL read from its first line."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = {**os.environ, "WHALE_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "whale_train.cli",
+        "retriever",
+        "serve",
+        "--corpus",
+        str(corpus_file),
+        "--port",
+        "0",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/retrieve", line)
+        assert url, (line, proc.stderr.read() if proc.poll() is not None else "")
+        reply = post(url.group(0), {"queries": ["Tolkien hobbit"], "topk": 2, "return_scores": True})
+        assert {d["document"]["id"] for d in reply["result"][0]} == {"1", "4"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
