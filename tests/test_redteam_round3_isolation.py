@@ -20,6 +20,7 @@ pid and /proc; the harness has bypassed the lint (full Python inside the worker'
 
 from __future__ import annotations
 
+import platform
 import uuid
 from pathlib import Path
 
@@ -205,6 +206,7 @@ def test_ordinary_code_and_every_shipped_harness_still_pass():
 # ------------------------------------------------------------------------------------ episodes alone
 
 MEET = "whale-meet-" + uuid.uuid4().hex[:8]
+ADD_KEY, REQUEST_KEY = {"aarch64": (217, 218)}.get(platform.machine(), (248, 249))  # else x86_64
 
 #: Each body runs in both samples of one task at once (full Python: the lint is bypassed) and reports
 #: what it found; "met" in any report means the two samples reached each other.
@@ -282,6 +284,58 @@ SIBLING_ROUTES = {
         "others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]\n"
         "env.step('report processes ' + str(others[:5]))"
     ),
+    "file-lock": (
+        "import fcntl, os, time\n"
+        "env.reset()\n"
+        "out = []\n"
+        "for lock in (lambda fd: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB) or fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB),\n"
+        "             lambda fd: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)):\n"
+        "    fd = os.open(os.__file__, os.O_RDONLY)\n"  # a file both can read: the shared standard library
+        "    try:\n"
+        "        lock(fd); out.append('locked'); time.sleep(1.0)\n"
+        "    except BlockingIOError:\n"
+        "        out.append('met')\n"
+        "    except PermissionError:\n"
+        "        out.append('refused')\n"
+        "    except OSError as exc:\n"
+        "        out.append(type(exc).__name__)\n"
+        "env.step('report ' + ' '.join(out))"
+    ),
+    "inotify": (
+        "import ctypes, os, time\n"
+        "env.reset()\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "fd = libc.inotify_init1(0o4000)\n"  # IN_NONBLOCK
+        "if fd < 0:\n"
+        "    out = 'refused' if ctypes.get_errno() == 1 else 'error'\n"
+        "else:\n"
+        "    libc.inotify_add_watch(fd, os.__file__.encode(), 0x20)\n"  # IN_OPEN
+        "    time.sleep(0.5)\n"
+        "    os.close(os.open(os.__file__, os.O_RDONLY))\n"
+        "    time.sleep(0.8)\n"
+        "    try:\n"
+        "        n = len(os.read(fd, 4096)) // 16\n"  # events without a name: 16 bytes each
+        "    except BlockingIOError:\n"
+        "        n = 0\n"
+        "    out = 'met' if n > 1 else 'alone'\n"
+        "env.step('report ' + out)"
+    ),
+    "session-keyring": (
+        "import ctypes\n"
+        "env.reset()\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"name = b'{MEET}'\n"
+        f"found = libc.syscall({REQUEST_KEY}, b'user', name, None, -3)\n"  # request_key(type, name, info, @s)
+        "if found >= 0:\n"
+        "    out = 'met'\n"
+        "elif ctypes.get_errno() == 1:\n"
+        "    out = 'refused'\n"
+        "else:\n"
+        f"    made = libc.syscall({ADD_KEY}, b'user', name, b'x', 1, -3)\n"  # add_key(..., @s)
+        "    out = 'alone' if made >= 0 else 'refused' if ctypes.get_errno() == 1 else 'error'\n"
+        "import time; time.sleep(0.5)\n"
+        "env.step('report ' + out)"
+    ),
 }
 
 ALONE = {
@@ -291,6 +345,9 @@ ALONE = {
     "posix-shm": "report FileNotFoundError FileNotFoundError FileNotFoundError",
     "signal-a-sibling": "report signalable []",
     "proc-of-a-sibling": "report processes []",
+    "file-lock": "report refused refused",
+    "inotify": "report refused",
+    "session-keyring": "report refused",
 }
 
 
