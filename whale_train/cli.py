@@ -373,6 +373,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--base-url", default=None, help="server URL for --backend openai (e.g. http://localhost:8000/v1)"
     )
+    p.add_argument(
+        "--backend-option",
+        dest="backend_options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a backend option, repeatable, as backend_options in a config: for --backend vllm the engine "
+        "settings (dtype=float32, max_model_len=2048, enforce_eager=true, multiprocess=true, "
+        "continuous=true, ...); for --backend openai e.g. tokenizer=MODEL_DIR",
+    )
     p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
     p.add_argument(
         "--env-option",

@@ -183,13 +183,15 @@ def check_model(model: str | None, backend: str = "transformers") -> None:
 
 
 def _load_llm(args: argparse.Namespace):
+    from whale_train.config_io import parse_sets
     from whale_train.llm import ModelNotFound, load_llm
 
     check_model(args.model, args.backend)
     kwargs = {"base_url": args.base_url} if args.backend == "openai" else {}
     try:
+        kwargs.update(parse_sets(getattr(args, "backend_options", None) or [], "--backend-option"))
         return load_llm(args.backend, args.model, **kwargs)
-    except (ModelNotFound, ValueError, RuntimeError, OSError) as exc:
+    except (ModelNotFound, ValueError, RuntimeError, OSError, TypeError) as exc:
         raise CLIError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
 
 

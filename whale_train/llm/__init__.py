@@ -51,7 +51,9 @@ def load_llm(backend: str = "transformers", model: str | None = None, **kwargs: 
 
         if not kwargs.get("base_url"):
             raise ValueError("the openai backend needs base_url (e.g. http://localhost:8000/v1)")
-        return OpenAILLM(kwargs.pop("base_url"), model or "default", **kwargs)
+        llm = OpenAILLM(kwargs.pop("base_url"), model or "default", **kwargs)
+        llm.preflight()  # a missing server or model: one line now, not a failure in every episode
+        return llm
     model = model or default_model()
     if backend == "vllm":
         from whale_train.llm.vllm_backend import VLLMLLM

@@ -1,20 +1,31 @@
 """Any OpenAI-compatible server (``vllm serve``, SGLang, llama.cpp, a hosted API), standard library only.
 
-Text prompts go to ``/completions``, chat messages to ``/chat/completions``; a batch is sent as
-concurrent requests (the server batches them). Each request carries its seed. Token counts come from
-``usage``; token ids when the server returns them (vLLM: ``return_token_ids``), else None, in which
-case RSFT re-tokenizes the text. ``score`` uses ``/completions`` with ``echo`` and ``logprobs`` where the
-server supports it, and raises ``ScoreUnsupported`` otherwise.
+With a local tokenizer (``tokenizer=``, by default the model when ``model`` names a local model
+directory, as ``vllm serve DIR`` serves it) every prompt is rendered here, chat messages through the
+tokenizer's chat template as the transformers and vLLM backends render them, and sent to
+``/completions`` as token ids: the server samples exactly what the in-process backends sample for the
+same seed, and ``score`` works for chat prompts too. Without one, text prompts go to ``/completions``
+and chat messages to ``/chat/completions`` (the server renders them; they cannot be scored).
+
+A batch is sent as concurrent requests (the server batches them). Each request carries its seed.
+Token counts come from ``usage``; token ids when the server returns them (vLLM: ``return_token_ids``),
+else None, in which case RSFT re-tokenizes the text. ``score`` uses ``/completions`` with ``echo`` and
+``logprobs`` (the log-probability of each continuation token after the prompt) where the server
+supports it, and raises ``ScoreUnsupported`` otherwise. ``preflight`` checks, before a run, that the
+server answers and serves the model (one-line ``OpenAIError`` otherwise).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from whale_train.llm.base import Completion, Prompt, Request, ScoreUnsupported, cut_at_stop
+from whale_train.llm.base import Completion, Prompt, Request, ScoreUnsupported, TokenizerPrompts, cut_at_stop
 from whale_train.llm.http import post_json
 
 
@@ -32,6 +43,9 @@ class OpenAILLM:
         concurrency: requests in flight at once.
         timeout: seconds per request; ``retries`` attempts on connection errors and 429/5xx.
         chat: whether chat messages are supported (``/chat/completions``).
+        tokenizer: a local model directory whose tokenizer (and chat template) renders and encodes
+            prompts here (see the module docstring); default ``model`` when that is a directory.
+        chat_template_kwargs: passed to the chat template (Qwen3.5: ``{"enable_thinking": False}``).
     """
 
     def __init__(
@@ -45,6 +59,8 @@ class OpenAILLM:
         retries: int = 3,
         chat: bool = True,
         return_token_ids: bool = False,
+        tokenizer: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ):
         self.base_url = base_url.rstrip("/")
         self.name = model
@@ -57,10 +73,37 @@ class OpenAILLM:
         self.return_token_ids = return_token_ids
         self.version = 0
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai")
+        self.prompts: _LocalPrompts | None = None
+        source = tokenizer if tokenizer is not None else (model if Path(model).is_dir() else None)
+        if source is not None:
+            from transformers import AutoTokenizer
+
+            if not (Path(source) / "tokenizer_config.json").exists():
+                raise OpenAIError(f"tokenizer {source}: not a local model directory with a tokenizer")
+            self.prompts = _LocalPrompts(AutoTokenizer.from_pretrained(source), source, chat_template_kwargs)
 
     @property
     def has_chat_template(self) -> bool:
-        return self._chat
+        return self.prompts.has_chat_template if self.prompts is not None else self._chat
+
+    def preflight(self) -> None:
+        """Fail now, in one line, if the server cannot be reached or does not serve ``model`` (a server
+        without a ``/models`` listing is taken at its word)."""
+        req = urllib.request.Request(self.base_url + "/models", method="GET")
+        if self.api_key:
+            req.add_header("Authorization", f"Bearer {self.api_key}")
+        try:
+            with urllib.request.urlopen(req, timeout=min(self.timeout, 30.0)) as resp:
+                listing = json.loads(resp.read().decode())
+        except urllib.error.HTTPError:
+            return
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            raise OpenAIError(f"cannot reach the server at {self.base_url}: {exc}") from None
+        except json.JSONDecodeError:
+            return
+        served = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict)]
+        if served and self.model not in served:
+            raise OpenAIError(f"the server at {self.base_url} serves {served}, not {self.model!r} (--model)")
 
     # ------------------------------------------------------------------------------ HTTP
 
@@ -93,7 +136,15 @@ class OpenAILLM:
             body["stop"] = list(p.stop)
         if self.return_token_ids:
             body["return_token_ids"] = True
-        if isinstance(req.prompt, str):
+        prompt_ids = None
+        if self.prompts is not None:  # rendered and encoded here, as the in-process backends do
+            prompt_text = self.prompts.render(req.prompt)
+            prompt_ids = self.prompts.encode(prompt_text)
+            body["prompt"] = prompt_ids
+            out = self._post("/completions", body)
+            choice = out["choices"][0]
+            text = choice.get("text", "")
+        elif isinstance(req.prompt, str):
             body["prompt"] = req.prompt
             out = self._post("/completions", body)
             choice = out["choices"][0]
@@ -111,7 +162,7 @@ class OpenAILLM:
         return Completion(
             text=text,
             prompt_text=prompt_text,
-            prompt_ids=choice.get("prompt_token_ids") or out.get("prompt_token_ids"),
+            prompt_ids=prompt_ids or choice.get("prompt_token_ids") or out.get("prompt_token_ids"),
             completion_ids=list(ids) if ids is not None else None,
             finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
             prompt_tokens=int(usage.get("prompt_tokens", 0)),
@@ -119,8 +170,13 @@ class OpenAILLM:
         )
 
     def score(self, prompt: Prompt, continuations: list[str]) -> list[Completion]:
+        if self.prompts is not None:
+            return self._score_ids(prompt, continuations)
         if not isinstance(prompt, str):
-            raise ScoreUnsupported("the OpenAI-compatible backend scores plain-text prompts only")
+            raise ScoreUnsupported(
+                "the OpenAI-compatible backend scores chat prompts with a local tokenizer only "
+                "(backend option tokenizer: a model directory)"
+            )
 
         def one(cont: str) -> Completion:
             body = {
@@ -130,14 +186,7 @@ class OpenAILLM:
                 "echo": True,
                 "logprobs": 1,
             }
-            try:
-                out = self._post("/completions", body)
-                lp = out["choices"][0]["logprobs"]
-                offsets, values = lp["text_offset"], lp["token_logprobs"]
-            except (OpenAIError, KeyError, TypeError, IndexError) as exc:
-                raise ScoreUnsupported(
-                    f"{self.base_url} cannot score continuations (echo + logprobs): {exc}"
-                ) from None
+            offsets, values = self._echo_logprobs(body)
             total = sum(
                 v for off, v in zip(offsets, values, strict=False) if off >= len(prompt) and v is not None
             )
@@ -145,3 +194,43 @@ class OpenAILLM:
             return Completion(cont, prompt, None, None, "stop", len(offsets) - n, n, logprob=float(total))
 
         return list(self._pool.map(one, continuations))
+
+    def _score_ids(self, prompt: Prompt, continuations: list[str]) -> list[Completion]:
+        """Prompt and continuations encoded here, sent as token ids; the continuation's log-probability
+        is the sum over its own token positions (what the vLLM backend computes in-process)."""
+        assert self.prompts is not None
+        text = self.prompts.render(prompt)
+        pids = self.prompts.encode(text)
+
+        def one(cont: str) -> Completion:
+            cids = self.prompts.encode(cont)  # type: ignore[union-attr]
+            body = {"model": self.model, "prompt": pids + cids, "max_tokens": 0, "echo": True, "logprobs": 0}
+            _, values = self._echo_logprobs(body)
+            span = values[len(pids) : len(pids) + len(cids)]
+            if len(span) != len(cids) or any(v is None for v in span):
+                raise ScoreUnsupported(
+                    f"{self.base_url} returned no log-probability for every continuation token"
+                )
+            return Completion(
+                cont, text, list(pids), cids, "stop", len(pids), len(cids), logprob=float(sum(span))
+            )
+
+        return list(self._pool.map(one, continuations))
+
+    def _echo_logprobs(self, body: dict[str, Any]) -> tuple[list[int], list[float | None]]:
+        try:
+            out = self._post("/completions", body)
+            lp = out["choices"][0]["logprobs"]
+            return lp["text_offset"], lp["token_logprobs"]
+        except (OpenAIError, KeyError, TypeError, IndexError) as exc:
+            raise ScoreUnsupported(
+                f"{self.base_url} cannot score continuations (echo + logprobs): {exc}"
+            ) from None
+
+
+class _LocalPrompts(TokenizerPrompts):
+    """Rendering and encoding with a local tokenizer, exactly as the in-process backends do."""
+
+    def __init__(self, tokenizer: Any, name: str, chat_template_kwargs: dict[str, Any] | None):
+        self.tokenizer, self.name = tokenizer, name
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
