@@ -17,6 +17,7 @@ Episodes run through the real worker (forked, sandboxed) with a scripted model, 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -45,6 +46,7 @@ from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts
 from whale_train.rollout.batcher import Batcher
 from whale_train.rollout.episode import Episode
 from whale_train.rollout.records import read_jsonl, write_jsonl
+from whale_train.traces import read_episodes
 
 
 def harness(body: str) -> object:
@@ -229,6 +231,24 @@ def test_writers_never_crash_on_a_lone_surrogate(tmp_path):
     assert read_jsonl(tmp_path / "traces.jsonl")[0].error == "x\ufffd"
     atomic_write_json(tmp_path / "record.json", {"text": "y\udfff"})  # the search's archive records
     assert json.loads((tmp_path / "record.json").read_text(encoding="utf-8")) == {"text": "y\ufffd"}
+
+
+def test_whale_traces_reads_a_lone_surrogate_escape(tmp_path):
+    """A traces file written by another tool (JSON's default escapes every non-ASCII character) may
+    hold one: ``whale traces --show`` crashed printing it."""
+    record = rollouts(harness("env.reset()\nenv.step('answer: 1')"), n=1)[0].to_dict()
+    record["error"] = "boom \ud800"
+    (tmp_path / "traces.jsonl").write_text(json.dumps(record) + "\n", encoding="ascii")
+    [(_, _, episode)] = list(read_episodes(tmp_path / "traces.jsonl"))
+    assert episode["error"] == "boom \ufffd"
+    shown = subprocess.run(
+        [sys.executable, "-m", "whale_train.cli", "traces", str(tmp_path), "--show", "1"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        timeout=120,
+    )
+    assert shown.returncode == 0 and "boom \ufffd" in shown.stdout, shown.stderr[-2000:]
 
 
 def test_a_model_reply_with_a_lone_surrogate_reaches_the_harness():

@@ -25,6 +25,18 @@ def replace_lone_surrogates(text: str) -> str:
     return _LONE_SURROGATE.sub("\ufffd", text) if _LONE_SURROGATE.search(text) else text
 
 
+def without_lone_surrogates(value: Any) -> Any:
+    """Decoded JSON (``value``) with every lone surrogate in its strings replaced by U+FFFD: what a reader
+    hands on (to a console, to a writer) after ``json.loads`` of text that holds a ``"\\ud800"`` escape."""
+    if isinstance(value, str):
+        return replace_lone_surrogates(value)
+    if isinstance(value, list):
+        return [without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {without_lone_surrogates(k): without_lone_surrogates(v) for k, v in value.items()}
+    return value
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` beside ``path`` and rename it into place (readers see the old file or the new one).
     Text from episodes or a model may hold lone surrogates: they are written as U+FFFD, never a crash."""

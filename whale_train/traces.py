@@ -13,12 +13,16 @@ harness_error, incomplete), ``--harness`` (name or substring), ``--solved`` / ``
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from whale_envs.tasks import TaskSourceError, json_lines
+from whale_train.files import without_lone_surrogates
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def trace_files(path: Path) -> list[Path]:
@@ -35,22 +39,25 @@ def trace_files(path: Path) -> list[Path]:
 
 
 def read_episodes(path: Path) -> Iterator[tuple[Path, int, dict[str, Any]]]:
-    """(file, line number, episode dict) for every line; a broken line is a ValueError naming file:line."""
+    """(file, line number, episode dict) for every line; a broken line is a ValueError naming file:line.
+    A ``"\\ud800"`` escape (a lone surrogate, which no console or UTF-8 writer takes) reads as U+FFFD."""
     for file in trace_files(path):
         with open(file, encoding="utf-8", errors="replace") as fh:
             read = 0  # the lines json_lines has taken: the broken one, when it raises
+            escaped = False  # the line last taken holds a surrogate escape
 
             def counted(lines=fh):
-                nonlocal read
+                nonlocal read, escaped
                 for line in lines:
                     read += 1
+                    escaped = _SURROGATE_ESCAPE.search(line) is not None
                     yield line
 
             try:
                 for line_no, episode in json_lines(counted(), str(file)):
                     if not isinstance(episode, dict) or "task_id" not in episode:
                         raise ValueError(f"{file}:{line_no}: not an episode record (no task_id)")
-                    yield file, line_no, episode
+                    yield file, line_no, without_lone_surrogates(episode) if escaped else episode
             except TaskSourceError:
                 raise ValueError(f"{file}:{read}: not a JSON line; is the file cut short?") from None
 
