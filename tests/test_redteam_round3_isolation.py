@@ -394,3 +394,17 @@ def test_many_episodes_in_flight_fit_the_process_cap(unlinted):  # noqa: F811
     ref = unlinted("import time\nenv.reset()\ntime.sleep(2)\nenv.step('report done')")
     trajs = rollouts(ref, n=48, concurrency=48)
     assert [(t.error, reported(t)) for t in trajs] == [(None, "report done")] * 48
+
+
+def test_the_probe_checks_that_episodes_can_run_alone(monkeypatch):
+    """The sandbox's probe of the worker's configuration runs the episode namespaces for real; where
+    the kernel refuses them the worker is unavailable with the reason (and so refused before a run,
+    like a sandbox without namespaces, unless the user opts in); tool code does not need them."""
+    import whale_envs.sandbox as sandbox
+
+    assert sandbox._probe(False) == (None, True)
+    refused = "sys.stdout.write(' episodes: unshare (episode namespaces): Operation not permitted')\n"
+    monkeypatch.setattr(sandbox, "_EPISODE_PROBE", refused)
+    problem, lasting = sandbox._probe(False)
+    assert lasting and "episodes cannot run alone" in problem and "Operation not permitted" in problem
+    assert sandbox._probe(True) == (None, True)
