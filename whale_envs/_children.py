@@ -132,13 +132,17 @@ def isolate_episode():
 
     uid, gid = os.getuid(), os.getgid()
     libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self/*_map belong to us while we write them
-    check(libc.unshare(EPISODE_NAMESPACES), "unshare (episode namespaces)")
-    map_ids(0, uid, 0, gid)
+    try:
+        check(libc.unshare(EPISODE_NAMESPACES), "unshare (episode namespaces)")
+        map_ids(0, uid, 0, gid)
+    finally:
+        libc.prctl(4, 0, 0, 0, 0)  # not dumpable again, even when refused (an unisolated run goes on)
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(ready_r)
         try:
+            libc.prctl(4, 1, 0, 0, 0)  # dumpable while it writes its own maps (not after: see below)
             check(libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None), "mount private")
             flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
             if libc.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(flags), None) != 0:
@@ -160,7 +164,6 @@ def isolate_episode():
         os.close(ready_w)
         return 0
     os.close(ready_w)
-    libc.prctl(4, 0, 0, 0, 0)
     answer = b""
     while chunk := os.read(ready_r, 512):
         answer += chunk
