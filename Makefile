@@ -17,7 +17,7 @@ PINNED_TESTS = tests/test_llm_backends.py tests/test_rsft.py tests/test_trainer.
 export HF_HUB_OFFLINE = 1
 export TOKENIZERS_PARALLELISM = false
 
-.PHONY: install install-pinned install-vllm demo test test-pinned test-vllm bench lint clean
+.PHONY: install install-pinned install-vllm install-claude-code demo test test-pinned test-vllm bench lint clean
 
 install: $(VENV)/.installed
 
@@ -69,6 +69,20 @@ $(VLLM_VENV)/.installed: setup.cfg pyproject.toml Makefile
 test-vllm: install-vllm
 	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm_real tests/test_vllm_real.py
 
+# The real Claude Code CLI for `proposer: claude-code` (tests/test_meta_harness_claude_code.py drives it
+# against a scripted Messages API server). Pinned to 2.1.112, the newest release that is plain
+# JavaScript (cli.js): later ones ship a native binary and, from 2.1.200 on, need Node >= 22. Installed
+# into the project (never globally); the proposer finds it there. Needs Node >= 18 and npm.
+CLAUDE_CODE_VERSION = 2.1.112
+CLAUDE_CODE_DIR ?= .tools/claude-code
+
+install-claude-code: $(CLAUDE_CODE_DIR)/.installed
+
+$(CLAUDE_CODE_DIR)/.installed: Makefile
+	npm install --prefix $(CLAUDE_CODE_DIR) --no-audit --no-fund --omit=optional '@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)'
+	node $(CLAUDE_CODE_DIR)/node_modules/@anthropic-ai/claude-code/cli.js --version | grep -q '^$(CLAUDE_CODE_VERSION) '
+	touch $@
+
 demo: install
 	$(BIN)/whale train demo --out runs/demo $(if $(wildcard runs/demo/state.json),--resume)
 
@@ -76,7 +90,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint
+test: lint install-claude-code
 	$(BIN)/python -m pytest -q
 	$(MAKE) test-pinned
 	$(MAKE) test-vllm
