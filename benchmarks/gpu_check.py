@@ -6,7 +6,13 @@ batch invariance) are fixed when it is created and its memory is only freed when
     python benchmarks/gpu_check.py CHECK --model MODEL [--out DIR]
 
 CHECK: versions, push (load, in-process push round trip, LoRA push, over-long prompt, one RSFT step,
-save + resume), push-multiprocess, parity-float32, parity-bfloat16, batch-invariant.
+save + resume), push-multiprocess, push-continuous, parity-float32, parity-bfloat16, batch-invariant.
+
+Every push check asks for parity with the trained weights, not only a changed output: after a push
+the engine's log-probabilities of fixed continuations must equal (within the precision's tolerance)
+those transformers computes from the training copy, and be far from those of the weights before the
+push. A push that reaches the engine only in part (a shard, a pre-packed output head kept from
+before, a dropped tensor) fails it.
 """
 
 from __future__ import annotations
@@ -58,13 +64,56 @@ def training_copy(model: str, dtype: str = "float32"):
     return AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype)).to("cuda")
 
 
+PARITY_PROMPT = "Question: what is 6 times 7?\nAnswer:"
+PARITY_CONTS = [" 42", " 42.", " forty-two", " 36", " 48", " The answer is 42", " 6*7 = 42", " I do not know"]
+
+
+def logprobs_of(llm) -> list[float]:
+    return [c.logprob for c in llm.score(PARITY_PROMPT, PARITY_CONTS)]
+
+
+def transformers_logprobs(llm, model) -> list[float]:
+    """What transformers computes from ``model`` (a training copy) in the engine's dtype."""
+    import copy
+
+    import torch
+
+    from whale_train.llm.hf import TransformersLLM
+
+    dtype = llm.dtype if isinstance(llm.dtype, torch.dtype) else torch.float32
+    twin = copy.deepcopy(model).to(dtype)
+    try:
+        return logprobs_of(TransformersLLM(twin, llm.tokenizer))
+    finally:
+        del twin
+        torch.cuda.empty_cache()
+
+
+def push_parity(llm, trained_lp: list[float], before_lp: list[float]) -> tuple[bool, str]:
+    """The engine computes with the pushed weights: its log-probs match transformers' on them (float32:
+    0.05, else 0.5) and are closer to them than to its own before the push (by a factor of 2)."""
+    import torch
+
+    tol = 0.05 if llm.dtype == torch.float32 else 0.5
+    engine = logprobs_of(llm)
+    d_trained = max(abs(a - b) for a, b in zip(engine, trained_lp, strict=True))
+    d_before = max(abs(a - b) for a, b in zip(engine, before_lp, strict=True))
+    ok = d_trained <= tol and d_before > 2 * d_trained
+    return (
+        ok,
+        f"max |logp engine - logp trained| {d_trained:.4f} (tolerance {tol}), vs before the push {d_before:.3f}",
+    )
+
+
 def perturbed_round_trip(llm, train, check: str) -> bool:
-    """Push changed weights (greedy output must change), then the originals (it must come back)."""
+    """Push changed weights: the engine must compute with them (``push_parity``) and its greedy output
+    must change; then push the originals: the greedy output must come back exactly."""
     import torch
 
     from whale_train.llm.weights import trained_weights
 
     before = greedy(llm)
+    before_lp = logprobs_of(llm)
     gen = torch.Generator(device="cuda").manual_seed(0)
     noise = {}
     with torch.no_grad():
@@ -72,10 +121,12 @@ def perturbed_round_trip(llm, train, check: str) -> bool:
             if p.ndim == 2:
                 noise[name] = torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype) * 0.02
                 p.add_(noise[name])
+    trained_lp = transformers_logprobs(llm, train)
     start = time.monotonic()
     llm.load_weights(trained_weights(train))
     push_s = time.monotonic() - start
     changed = greedy(llm)
+    parity, parity_detail = push_parity(llm, trained_lp, before_lp)
     with torch.no_grad():
         for name, p in train.named_parameters():
             if name in noise:
@@ -85,9 +136,9 @@ def perturbed_round_trip(llm, train, check: str) -> bool:
     same = sum(a == b for a, b in zip(before, restored, strict=True))
     return say(
         check,
-        changed != before and same == len(before),
-        f"changed {sum(a != b for a, b in zip(before, changed, strict=True))}/{len(before)} greedy outputs, "
-        f"restored {same}/{len(before)}; push {push_s:.2f} s",
+        parity and changed != before and same == len(before),
+        f"{parity_detail}; changed {sum(a != b for a, b in zip(before, changed, strict=True))}/{len(before)} "
+        f"greedy outputs, restored {same}/{len(before)}; push {push_s:.2f} s",
     )
 
 
@@ -125,6 +176,7 @@ def check_push(args) -> bool:
     from peft import LoraConfig, get_peft_model
 
     before = greedy(llm)
+    before_lp = logprobs_of(llm)
     lora = get_peft_model(
         train, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
     )
@@ -132,14 +184,16 @@ def check_push(args) -> bool:
         for name, p in lora.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.02)
+    merged_lp = transformers_logprobs(llm, lora)  # the PEFT model computes with the adapters applied
     llm.load_weights(trained_weights(lora))
     changed = greedy(llm)
+    parity, parity_detail = push_parity(llm, merged_lp, before_lp)
     base = lora.unload()  # the base model without adapters (weights untouched)
     llm.load_weights(trained_weights(base))
     ok &= say(
         "push LoRA",
-        changed != before and greedy(llm) == before,
-        "merged adapters change greedy output, the base weights restore it",
+        parity and changed != before and greedy(llm) == before,
+        f"merged adapters: {parity_detail}; they change greedy output, the base weights restore it",
     )
     train = base
 
@@ -209,6 +263,14 @@ def check_push_multiprocess(args) -> bool:
     return perturbed_round_trip(llm, training_copy(args.model), "push multiprocess")
 
 
+def check_push_continuous(args) -> bool:
+    llm = engine(args.model, continuous=True)
+    try:
+        return perturbed_round_trip(llm, training_copy(args.model), "push continuous")
+    finally:
+        llm.close()
+
+
 def check_parity(args, dtype: str) -> bool:
     """vLLM's and transformers' summed log-probabilities of 8 continuations, in the same precision."""
     import torch
@@ -217,10 +279,8 @@ def check_parity(args, dtype: str) -> bool:
 
     llm = engine(args.model, dtype=dtype)
     hf = TransformersLLM(args.model, dtype=getattr(torch, dtype), device="cuda")
-    prompt = "Question: what is 6 times 7?\nAnswer:"
-    conts = [" 42", " 42.", " forty-two", " 36", " 48", " The answer is 42", " 6*7 = 42", " I do not know"]
-    v = [c.logprob for c in llm.score(prompt, conts)]
-    t = [c.logprob for c in hf.score(prompt, conts)]
+    v = logprobs_of(llm)
+    t = logprobs_of(hf)
     diff = max(abs(a - b) for a, b in zip(v, t, strict=True))
     tol = 0.05 if dtype == "float32" else 0.5
     same_order = sorted(range(8), key=lambda i: v[i]) == sorted(range(8), key=lambda i: t[i])
@@ -255,6 +315,7 @@ CHECKS = {
     "versions": check_versions,
     "push": check_push,
     "push-multiprocess": check_push_multiprocess,
+    "push-continuous": check_push_continuous,
     "parity-float32": lambda a: check_parity(a, "float32"),
     "parity-bfloat16": lambda a: check_parity(a, "bfloat16"),
     "batch-invariant": check_batch_invariant,

@@ -4,12 +4,15 @@
 #
 #   versions            vllm / torch / transformers / trl / peft and the GPU
 #   load                the model loads in vLLM (its architecture, the time)
-#   push in-process     pushing changed weights changes greedy output; pushing the originals restores it
-#   push LoRA           merged LoRA adapters change greedy output; the base weights restore it
+#   push in-process     after a push of changed weights the engine's log-probs match transformers' on
+#                       those weights (parity, not only a change); pushing the originals restores greedy
+#                       output exactly
+#   push LoRA           the same with merged LoRA adapters; the base weights restore it
 #   long prompt         a batch holding a prompt longer than max_model_len runs (the prompt is cut)
 #   rsft step           one RSFT step of the model (bf16 autocast): times, peak memory, push time
 #   save + resume       the saved state restores into a fresh training copy and pushes the same output
-#   push multiprocess   the push round trip with the engine core in its own process
+#   push multiprocess   the push round trip (with parity) with the engine core in its own process
+#   push continuous     the same on the async engine (continuous batching)
 #   parity float32      vLLM vs transformers log-probs of 8 continuations, both in float32
 #   parity bfloat16     the same in bfloat16
 #   batch-invariant     with VLLM_BATCH_INVARIANT a seeded sample is the same alone and in a batch
@@ -63,6 +66,7 @@ check() { run "$1" "$2" "$PY" benchmarks/gpu_check.py "$1" --model "$MODEL" --ou
 check versions 30
 check push 180
 check push-multiprocess 80
+check push-continuous 80
 check parity-float32 60
 check parity-bfloat16 55
 check batch-invariant 55
