@@ -25,7 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from whale_train.llm.base import Completion, Prompt, Request, ScoreUnsupported, TokenizerPrompts, cut_at_stop
+from whale_train.llm.base import (
+    Completion,
+    Prompt,
+    Request,
+    ScoreUnsupported,
+    TokenizerPrompts,
+    cut_at_stop,
+    fit_prompt,
+)
 from whale_train.llm.http import post_json
 
 
@@ -74,6 +82,9 @@ class OpenAILLM:
         self.version = 0
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai")
         self.prompts: _LocalPrompts | None = None
+        #: the served context length, when ``preflight`` read it (vLLM lists ``max_model_len``): with a
+        #: local tokenizer, over-long prompts are then cut as the in-process backends cut them
+        self.max_model_len: int | None = None
         source = tokenizer if tokenizer is not None else (model if Path(model).is_dir() else None)
         if source is not None:
             from transformers import AutoTokenizer
@@ -101,9 +112,13 @@ class OpenAILLM:
             raise OpenAIError(f"cannot reach the server at {self.base_url}: {exc}") from None
         except json.JSONDecodeError:
             return
-        served = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict)]
+        entries = [m for m in listing.get("data", []) if isinstance(m, dict)]
+        served = [m.get("id") for m in entries]
         if served and self.model not in served:
             raise OpenAIError(f"the server at {self.base_url} serves {served}, not {self.model!r} (--model)")
+        for m in entries:
+            if m.get("id") == self.model and isinstance(m.get("max_model_len"), int):
+                self.max_model_len = m["max_model_len"]
 
     # ------------------------------------------------------------------------------ HTTP
 
@@ -140,6 +155,9 @@ class OpenAILLM:
         if self.prompts is not None:  # rendered and encoded here, as the in-process backends do
             prompt_text = self.prompts.render(req.prompt)
             prompt_ids = self.prompts.encode(prompt_text)
+            if self.max_model_len is not None:  # as the vLLM backend does (base.fit_prompt)
+                prompt_ids = fit_prompt(prompt_ids, p.max_tokens, self.max_model_len)
+                body["max_tokens"] = min(p.max_tokens, max(1, self.max_model_len - len(prompt_ids)))
             body["prompt"] = prompt_ids
             out = self._post("/completions", body)
             choice = out["choices"][0]
