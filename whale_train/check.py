@@ -226,6 +226,7 @@ def check_harness(
         max_llm_calls=max_llm_calls, max_tokens=max_tokens, harness_seconds=harness_seconds
     )
     config = RolloutConfig(k=1, seed=seed, concurrency=16, limits=limits, trusted=trusted)
+    replays: dict[tuple, bool] = {}
     for model, mode in zip(models, labels, strict=True):
         trajs: list = []
         for split, ids in groups:
@@ -250,14 +251,92 @@ def check_harness(
         report.null_scores[mode] = sum(t.solved for t in trajs) / max(1, len(trajs))
         n, hits = len(trajs), sum(bool(t.solved) for t in trajs)
         p_value = binomial_tail(n, hits, q)
-        if hits and p_value < alpha:
+        if not hits or p_value >= alpha:
+            continue
+        # Above chance: do its actions solve *their own* task more often than other tasks?
+        solved = _replayed(env_id, trajs, groups, base_kwargs, seed, replays)
+        p_own = own_task_tail(solved)
+        if p_own < alpha:
             report.problems.append(
                 f"solver: with the {mode} stand-in model it solves {hits} of {n} tasks; random actions "
-                f"(chance level {report.chance:.3f}) would do that with probability {p_value:.1e} "
-                f"(< {alpha:.1e}): the harness solves tasks without the model"
+                f"(chance level {report.chance:.3f}) would do that with probability {p_value:.1e}, and "
+                f"its actions solve other tasks {sum(sum(r) for _, r in solved)} times in "
+                f"{sum(len(r) for _, r in solved)} replays: its own task that often has probability "
+                f"{p_own:.1e} (both < {alpha:.1e}): the harness solves tasks without the model"
             )
     report.problems = list(dict.fromkeys(report.problems))
     return report
+
+
+#: Most replays of one check (``_replayed``): each episode is replayed on up to 8 other tasks.
+REPLAYS = 3200
+
+
+def own_task_tail(solved: list[tuple[bool, list[bool]]]) -> float:
+    """P(as many own-task successes as observed) if a harness's actions were no better for their own
+    task than for the other tasks they were replayed on: per episode, (own solved, others solved); its
+    own task is then any one of its 1 + m tasks at random (an exact permutation test, one
+    Poisson-binomial tail)."""
+    dist = [1.0]  # P(own successes = j) so far
+    observed = 0
+    for own, others in solved:
+        observed += bool(own)
+        p = (bool(own) + sum(others)) / (1 + len(others))
+        nxt = [0.0] * (len(dist) + 1)
+        for j, mass in enumerate(dist):
+            nxt[j] += mass * (1 - p)
+            nxt[j + 1] += mass * p
+        dist = nxt
+    return min(1.0, sum(dist[observed:]))
+
+
+def _replayed(
+    env_id: str,
+    trajs: list,
+    groups: list[tuple[str, list[str]]],
+    env_kwargs: dict[str, Any],
+    seed: int,
+    cache: dict[tuple, bool],
+) -> list[tuple[bool, list[bool]]]:
+    """Each episode's actions played again on other tasks of the check (the next ones in a seeded
+    cycle): (solved its own task, solved each other task) per episode. A harness that answers what the
+    model says solves another task as often as its own, however often two tasks' answers coincide
+    (small numbers, a default answer of 0); one that solves its task by itself does not. ``cache``
+    keeps the outcome of an action sequence on a task for the next stand-in (the same actions often
+    come back)."""
+    from whale_train.rollout.records import stable_seed
+
+    by_task = {t.task_id: t for t in trajs}
+    envs = {split: gym.make(env_id, **{**env_kwargs, "split": split}).unwrapped for split, _ in groups}
+    order = sorted((split, task_id) for split, ids in groups for task_id in ids)
+    random.Random(f"{seed}/replay").shuffle(order)
+    m = max(1, min(8, REPLAYS // max(1, len(trajs)), len(order) - 1))
+    out = []
+    for i, (_, task_id) in enumerate(order):
+        traj = by_task.get(task_id)
+        if traj is None:
+            continue
+        others = []
+        for shift in range(1, m + 1):
+            split, target = order[(i + shift) % len(order)]
+            key = (split, target, tuple(step.action for step in traj.steps))
+            if key in cache:
+                others.append(cache[key])
+                continue
+            solved = False
+            try:
+                envs[split].reset(seed=stable_seed(seed, target, 0), options={"task_id": target})
+                for step in traj.steps:
+                    _, reward, terminated, truncated, info = envs[split].step(step.action)
+                    if terminated or truncated:
+                        solved = bool(terminated and info.get("solved", reward >= 1.0))
+                        break
+            except Exception:  # noqa: BLE001 - an action the other task cannot take: not solved
+                solved = False
+            cache[key] = solved
+            others.append(solved)
+        out.append((bool(traj.solved), others))
+    return out
 
 
 def _episode_problems(trajs: list, mode: str, report: HarnessReport) -> None:
