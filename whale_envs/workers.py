@@ -118,3 +118,14 @@ def call(kind: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 def stats(kind: str) -> dict[str, Any]:
     return pool(kind).stats()
+
+
+def _forget_pools_after_fork() -> None:
+    """A forked child (``gym.make_vec(..., vectorization_mode="async")``) has none of its parent's pool
+    threads: a pool it inherited would queue calls that no thread runs. It starts its own pools."""
+    global _pools_lock
+    _pools.clear()
+    _pools_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools_after_fork)
