@@ -40,3 +40,47 @@ def test_math_last_tool_is_a_dict_in_every_step():
     assert info["last_tool"] == {}
     _obs, *_rest, info = env.step("python: print(2+3)")
     assert info["last_tool"]["stdout"] == "5\n"
+
+
+# ------------------------------------------------------------------ 2. the openai backend needs a model name
+
+
+def test_openai_backend_without_model_is_one_line_before_any_work(tmp_path, capsys):
+    from whale_train.cli import main
+
+    out = tmp_path / "eval"
+    argv = ["eval", "--env", "whale/Math-v0", "--harness", "math/h0", "--backend", "openai"]
+    code = main([*argv, "--base-url", "http://127.0.0.1:9/v1", "--limit", "2", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "needs --model" in err and not out.exists()
+
+
+def test_train_with_openai_backend_and_no_model_stops_before_the_run_dir(tmp_path, capsys):
+    from whale_train.cli import main
+
+    out = tmp_path / "run"
+    sets = [
+        "--set",
+        "backend=openai",
+        "--set",
+        "base_url=http://127.0.0.1:9/v1",
+        "--set",
+        "method=harness-only",
+    ]
+    assert main(["train", "smoke", "--out", str(out), *sets]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "needs model" in err and len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_the_summary_of_failed_episodes_shows_the_line_that_says_what_failed():
+    from types import SimpleNamespace
+
+    from whale_train.cli_common import error_headline, first_errors
+
+    model = "model_error: OpenAIError: the server says 404: model 'default' does not exist\n(then harness_error: x)"
+    harness = 'harness_error: Traceback (most recent call last):\n  File "h.py", line 3, in act\n    f()\nKeyError: 5'
+    trajs = [SimpleNamespace(error=model, failure="model_error", task_id="t1")]
+    assert first_errors(trajs)["model_error"]["first"].endswith("model 'default' does not exist")
+    assert error_headline(harness) == "harness_error: KeyError: 5"
+    assert error_headline("timeout: 30 s\nmore") == "timeout: 30 s"

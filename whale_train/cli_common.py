@@ -167,9 +167,17 @@ def _shipped(domain: str) -> list[str]:
     return shipped_harnesses(domain)
 
 
-def check_model(model: str | None, backend: str = "transformers") -> None:
-    """A ``--model`` that names a path must be a model directory (an id like ``org/name`` goes to the hub)."""
-    if model is None or backend == "openai":
+def check_model(model: str | None, backend: str = "transformers", flag: str = "--model") -> None:
+    """A ``--model`` that names a path must be a model directory (an id like ``org/name`` goes to the hub);
+    the openai backend needs the name the server serves (there is no default to fall back on)."""
+    if backend == "openai":
+        if not model:
+            raise CLIError(
+                f"backend openai needs {flag}: the name the server serves (`vllm serve NAME` serves NAME; "
+                "GET <base-url>/models lists them)"
+            )
+        return
+    if model is None:
         return
     path = Path(model).expanduser()
     if path.exists():
@@ -202,12 +210,27 @@ def first_errors(trajs) -> dict[str, dict]:
     for t in trajs:
         if not t.error:
             continue
-        entry = out.setdefault(
-            t.failure or "error", {"episodes": 0, "first": t.error.strip().splitlines()[-1]}
-        )
+        entry = out.setdefault(t.failure or "error", {"episodes": 0, "first": error_headline(t.error)})
         entry["episodes"] += 1
         entry.setdefault("task_id", t.task_id)
     return out
+
+
+def error_headline(error: str) -> str:
+    """The line of an episode's error that says what went wrong: a traceback's exception (the lines after
+    its last frame), else the first line (a model error is ``model_error: ...`` first, then what
+    the harness did after it)."""
+    lines = [line for line in error.strip("\n").rstrip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    if frames and ("Traceback (most recent call last)" in lines[0] or frames[0] == 0):
+        after = lines[frames[-1] + 1 :]
+        start = next((i for i, line in enumerate(after) if not line[:1].isspace()), None)
+        if start is not None:
+            prefix = lines[0].split("Traceback")[0] if frames[0] > 0 else ""
+            return prefix + " ".join(line.strip() for line in after[start:])
+    return lines[0]
 
 
 def print_errors(found: dict[str, dict], episodes: int) -> None:

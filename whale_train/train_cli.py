@@ -143,7 +143,7 @@ def cmd_train(args) -> int:
         # user errors in the config surface here, before the run directory is made
         make_env(config.env, config.tasks, config.eval.split)
         load_harness_for(config.harness_name, config.env)
-        check_model(config.model, config.backend)
+        check_model(config.model, config.backend, flag="model (in the config, or --set model=NAME)")
         try:
             run = Run(
                 config,
