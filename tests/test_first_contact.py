@@ -84,3 +84,20 @@ def test_the_summary_of_failed_episodes_shows_the_line_that_says_what_failed():
     assert first_errors(trajs)["model_error"]["first"].endswith("model 'default' does not exist")
     assert error_headline(harness) == "harness_error: KeyError: 5"
     assert error_headline("timeout: 30 s\nmore") == "timeout: 30 s"
+
+
+# ------------------------------------------------------------------ 3. a report of several runs is its own
+
+
+def test_report_of_several_runs_leaves_each_runs_own_report_alone(tmp_path, capsys):
+    from tests.test_report import make_run
+    from whale_train.cli import main
+
+    a, b = make_run(tmp_path, "a", 4), make_run(tmp_path, "b", 4)
+    assert main(["report", str(a)]) == 0  # one run: its own report.md
+    own = (a / "report.md").read_text()
+    assert main(["report", str(a), str(b)]) == 0
+    assert (a / "report.md").read_text() == own
+    both = (tmp_path / "report-a-b" / "report.md").read_text()
+    assert "| a |" in both and "| b |" in both
+    assert "report-a-b" in capsys.readouterr().out

@@ -232,10 +232,22 @@ def plot_lineage(rows: list[dict[str, Any]], path: Path, title: str) -> Path | N
     return path
 
 
+def default_out(dirs: list[Path]) -> Path:
+    """Where a report goes without ``--out``: one run's own folder; for several runs a folder beside the
+    first, named after them (``runs/a`` + ``runs/b`` -> ``runs/report-a-b``)."""
+    if len(dirs) == 1:
+        return dirs[0]
+    names = "-".join(d.resolve().name for d in dirs)
+    if len(names) > 80:
+        names = f"{dirs[0].resolve().name}-and-{len(dirs) - 1}-more"
+    return dirs[0].parent / f"report-{names}"
+
+
 def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> Path:
-    """Write ``report.md`` and ``plots/`` for the runs (into ``out``, default: the first run's folder)."""
+    """Write ``report.md`` and ``plots/`` for the runs into ``out``; by default a single run's own folder,
+    and for several runs :func:`default_out` (never one run's folder: its own report stays its own)."""
     dirs = [Path(d) for d in run_dirs]
-    out = Path(out) if out else dirs[0]
+    out = Path(out) if out else default_out(dirs)
     summaries = [run_summary(d) for d in dirs]  # before anything is written: a bad folder writes nothing
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
@@ -299,7 +311,12 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("report", help="report.md and plots from one or more run directories")
     p.add_argument("runs", nargs="+", help="run directories (runs/NAME)")
-    p.add_argument("--out", default=None, help="where to write report.md and plots/ (default: the first run)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="where to write report.md and plots/ (default: a single run's own folder; for several "
+        "runs a folder beside the first, runs/report-A-B, so no run's own report is overwritten)",
+    )
     p.set_defaults(func=cmd_report)
 
 
