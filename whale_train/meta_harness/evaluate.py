@@ -51,9 +51,10 @@ def validate(
     score_tasks: list[str] | None = None,
 ) -> Validation:
     """AST rules, then (prompt-only mode) the comparison with the seed, then ``check_harness`` (with
-    the search's model for the permuted-real stand-in, and half its tasks from ``score_tasks``, the
-    ``harness``-split tasks the candidate will be scored on). Never raises for what the candidate
-    does; only a refused unisolated run (``IsolationUnavailable``) stops the search."""
+    the search's model: the stand-ins copy it and it answers other tasks' prompts; half the tasks
+    from ``score_tasks``, the ``harness``-split tasks the candidate will be scored on). Never raises
+    for what the candidate does; only a refused unisolated run (``IsolationUnavailable``) stops the
+    search."""
     try:
         ref = harness_from_source(source, name)
     except HarnessValidationError as exc:
