@@ -178,6 +178,28 @@ def test_option_scores_equal_transformers(in_process, model_dir):
     assert ours == pytest.approx(hf, abs=1e-3)
 
 
+def test_a_short_whale_train_on_the_vllm_backend_samples_with_what_it_trained(
+    in_process, model_dir, tmp_path
+):
+    from test_trainer import ledger, smoke, units
+    from transformers import AutoModelForCausalLM
+
+    from whale_train.llm.weights import trained_weights
+    from whale_train.trainer import Run
+
+    before = in_process.version
+    config = smoke(model_dir, method="weight-only", budget_rollouts=16, rsft={"reward_threshold": 0.0})
+    run = Run(config, tmp_path, llm=in_process, log=lambda *_: None)
+    run.run()
+    assert in_process.version > before  # RSFT steps pushed
+    assert units(ledger(tmp_path))[-1]["model_version"] == in_process.version  # the ledger reads the engine's
+    trained = run.rsft.trainer.model
+    assert greedy(in_process) == transformers_greedy(trained, model_dir)  # the engine has the trained weights
+    in_process.load_weights(
+        trained_weights(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32))
+    )
+
+
 @pytest.mark.parametrize("mode", ["multiprocess", "continuous"])
 def test_push_parity_with_the_engine_core_in_another_process(model_dir, mode):
     # How vLLM runs by default on a GPU (multiprocess), and the async engine: tensors cannot cross
