@@ -269,6 +269,15 @@ def test_ivf_index_and_corpus_mismatch(encoder_dir, corpus, tmp_path):
     assert [p.id for p, _ in index.search_batch(["paris"], 3)[0]] == [
         p.id for p, _ in flat.search_batch(["paris"], 3)[0]
     ]
+    pq_folder = build_index(corpus, enc, tmp_path / "ivfpq", kind="ivfpq", nlist=1, pq_m=8)
+    pq_index = DenseIndex(pq_folder, corpus, enc)
+    assert pq_index.rerank == 10  # PQ candidates re-scored exactly from the memory-mapped vectors
+    exact = flat.search_batch(["paris", "tolkien novel"], 3)
+    reranked = pq_index.search_batch(["paris", "tolkien novel"], 3)
+    assert [[p.id for p, _ in row] for row in reranked] == [[p.id for p, _ in row] for row in exact]
+    np.testing.assert_allclose(
+        [s for row in reranked for _, s in row], [s for row in exact for _, s in row], rtol=1e-5
+    )
     other = Corpus("other", [Passage("x", "X", "something else")])
     with pytest.raises(DenseIndexError, match="another corpus"):
         DenseIndex(folder, other, enc)

@@ -213,6 +213,9 @@ class DenseIndex:
         corpus: the same corpus (checked by fingerprint).
         encoder: the query encoder; default the one named in ``meta.json``.
         nprobe: lists visited per query by an IVF index (recall against speed).
+        rerank: for an ``ivfpq`` index, candidates per result re-scored exactly from the memory-mapped
+            vectors (``embeddings.f32``; only those rows are read): PQ's coarse scores find them, the
+            exact ones order them. 0 = off. Default 10 when the vectors are there.
     """
 
     name = "dense"
@@ -224,6 +227,7 @@ class DenseIndex:
         encoder: Encoder | None = None,
         *,
         nprobe: int | None = None,
+        rerank: int | None = None,
     ):
         self.folder = Path(folder).expanduser()
         self.meta = self.read_meta(self.folder)
@@ -247,6 +251,14 @@ class DenseIndex:
             )
         self.index = None
         self.matrix = None
+        vectors = self.folder / "embeddings.f32"
+        self.vectors = None
+        if vectors.is_file():
+            n, dim = self.meta["passages"], self.meta["dim"]
+            self.vectors = np.memmap(vectors, dtype=np.float32, mode="r", shape=(n, dim))
+        self.rerank = (10 if self.vectors is not None else 0) if rerank is None else rerank
+        if self.kind != "ivfpq" or self.vectors is None:
+            self.rerank = 0
         if (self.folder / "index.faiss").is_file() and _has_faiss():
             faiss = _faiss()
             try:
@@ -282,6 +294,11 @@ class DenseIndex:
     def search_vectors(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, row ids) of the ``k`` nearest passages of each query vector; ids -1 = none."""
         k = min(k, len(self.corpus))
+        if self.index is not None and self.rerank:
+            _, found = self.index.search(
+                np.ascontiguousarray(queries, dtype=np.float32), min(len(self.corpus), k * self.rerank)
+            )
+            return self._exact(queries, found, k)
         if self.index is not None:
             return self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
         scores = queries @ np.asarray(self.matrix).T
@@ -289,6 +306,20 @@ class DenseIndex:
         order = np.take_along_axis(scores, top, axis=1).argsort(axis=1)[:, ::-1]
         ids = np.take_along_axis(top, order, axis=1)
         return np.take_along_axis(scores, ids, axis=1), ids
+
+    def _exact(self, queries: np.ndarray, found: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best of each row's candidates by exact inner product (missing ones: id -1)."""
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        for row, (query, candidates) in enumerate(zip(queries, found, strict=True)):
+            candidates = candidates[candidates >= 0]
+            if not len(candidates):
+                continue
+            order = np.sort(candidates)  # sorted reads of the memory map
+            exact = np.asarray(self.vectors[order]) @ query
+            best = np.argsort(-exact, kind="stable")[:k]
+            scores[row, : len(best)], ids[row, : len(best)] = exact[best], order[best]
+        return scores, ids
 
     def search_batch(self, queries: Sequence[str], k: int) -> list[list[tuple[Passage, float]]]:
         if not queries:
