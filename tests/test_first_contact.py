@@ -101,3 +101,77 @@ def test_report_of_several_runs_leaves_each_runs_own_report_alone(tmp_path, caps
     both = (tmp_path / "report-a-b" / "report.md").read_text()
     assert "| a |" in both and "| b |" in both
     assert "report-a-b" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ 4. a user's env needs nothing of our source
+
+
+def test_the_task_registry_is_exported_for_a_users_env():
+    from whale_envs import register_generator, register_source
+    from whale_envs.tasks import register_generator as from_tasks
+
+    assert register_generator is from_tasks and callable(register_source)
+
+
+def test_whale_envs_import_lists_the_users_env_its_source_and_its_generic_domain(monkeypatch, capsys):
+    from pathlib import Path
+
+    from whale_train.cli import main
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["envs", "--import", "user_env"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "user_env:Reverse-v0" in line and "generated" in line)
+    assert "random 4-letter words" in row
+    assert any("(generic)" in line and "user_env:Reverse-v0" in line for line in out.splitlines())
+
+
+# ------------------------------------------------------------------ 7. listings say what they show
+
+
+def test_whale_envs_shows_split_columns_only_with_sizes(monkeypatch, capsys):
+    from whale_train.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out
+    assert "harness" not in out.split("Registered domains")[0].split("\n", 3)[2]  # the header row
+    assert "split sizes: --sizes" in out
+
+
+def test_whale_tasks_says_how_many_it_shows_of_how_many_and_shows_the_task(monkeypatch, capsys):
+    from whale_train.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["tasks", "--env", "whale/Math-v0", "--limit", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "the first 3 shown (--limit 0: all)" in out and "by difficulty (of the 3 shown)" in out
+    assert out.count("Problem:") == 3  # the task text, not only its id
+
+
+def test_whale_eval_help_shows_the_defaults(capsys):
+    from whale_train.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: 8)", "(default: 128)", "(default: test)", "(default: transformers)"):
+        assert default in text, default
+
+
+def test_whale_lineage_renders_in_the_terminal_and_writes_markdown_with_out(tmp_path, capsys):
+    from tests.test_meta_harness import FAST, MATH, tool_shy_math_model
+    from whale_train.cli import main
+    from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
+
+    search = HarnessSearch(MetaHarnessConfig(**FAST), tmp_path / "a", tool_shy_math_model(), MATH)
+    search.iterate()
+    capsys.readouterr()
+    assert main(["lineage", str(tmp_path / "a")]) == 0
+    shown = capsys.readouterr().out
+    assert "Aimed at" in shown and "Harness search on whale/Math-v0" in shown
+    for raw in ("<br>", "**", "|---|", "# Harness"):
+        assert raw not in shown, raw
+    assert main(["lineage", str(tmp_path / "a"), "--out", str(tmp_path / "l.md")]) == 0
+    assert "<br>_" in (tmp_path / "l.md").read_text()  # the file keeps its markdown

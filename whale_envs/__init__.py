@@ -5,6 +5,9 @@ Importing this package registers the envs, so both of these work::
     import whale_envs, gymnasium as gym
     env = gym.make("whale/Chess-v0")
     env = gym.make("whale_envs:whale/Chess-v0")   # without importing whale_envs first
+
+A user's env subclasses ``TextEnv`` and registers its tasks with ``register_generator`` (generated
+tasks) or ``register_source`` (tasks read from a file); docs/ARCHITECTURE.md, "Adding a domain".
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from whale_envs.tasks import (
     TaskSource,
     TaskSourceError,
     make_source,
+    register_generator,
+    register_source,
     source_kinds,
     split_ids,
     split_of,
@@ -63,6 +68,8 @@ __all__ = [
     "TaskSourceError",
     "TextEnv",
     "make_source",
+    "register_generator",
+    "register_source",
     "source_kinds",
     "split_ids",
     "split_of",

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import gymnasium as gym
 from rich.markup import escape
 from rich.table import Table
 
@@ -31,6 +32,7 @@ import whale_envs
 from whale_envs.tasks import SPLIT_NAMES, SPLITS, TaskSourceError, source_kinds, split_ids
 from whale_train.cli_common import (  # noqa: F401  (re-exported: the API of the commands)
     DISTRIBUTION,
+    DefaultsFormatter,
     Interrupted,
     Parser,
     _check_env,
@@ -57,27 +59,59 @@ from whale_train.errors import CLIError
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
+    before = set(gym.registry)
     _import_modules(args.imports)
-    table = Table(title="WHALE environments")
+    user = {  # what the --import modules registered, named as the commands take them: module:EnvId
+        f"{_module_of(env_id, args.imports)}:{env_id}": env_id
+        for env_id in sorted(set(gym.registry) - before)
+    }
+    table = Table(title="WHALE environments" + ("" if args.sizes else " (split sizes: --sizes)"))
     table.add_column("env id", no_wrap=True)  # ids are never cut
     table.add_column("task source kind", no_wrap=True)
-    for col in ("what", *SPLITS):
+    table.add_column("what")
+    for col in SPLITS if args.sizes else ():
         table.add_column(col)
-    for env_id in sorted(whale_envs.ENVS):
-        for kind in source_kinds(_domain_of(env_id)):
-            sizes = ["" for _ in SPLITS]
-            if args.sizes and not kind.path_required:
-                env = _make_env(env_id, kind.kind).unwrapped
-                sizes = [str(len(split_ids(env.source, s))) for s in SPLITS]
+    shown = set()
+    for env_id in [*sorted(whale_envs.ENVS), *user]:
+        domain = _domain_of(env_id) if env_id in whale_envs.ENVS else _env_class_domain(user[env_id])
+        shown.add(domain)
+        for kind in source_kinds(domain):
+            sizes = []
+            if args.sizes:
+                sizes = ["" for _ in SPLITS]
+                if not kind.path_required:
+                    env = _make_env(env_id, kind.kind).unwrapped
+                    sizes = [str(len(split_ids(env.source, s))) for s in SPLITS]
             table.add_row(env_id, kind.usage, kind.doc, *sizes)
+    for kind in source_kinds():  # a module may register sources for a domain without an env here
+        if kind.domain not in shown:
+            table.add_row(
+                f"(domain {kind.domain})", kind.usage, kind.doc, *(["" for _ in SPLITS] if args.sizes else [])
+            )
     console.print(table)
-    console.print(domains_table())
+    console.print(domains_table(list(user)))
     return 0
 
 
-def domains_table() -> Table:
+def _module_of(env_id: str, modules: Sequence[str]) -> str:
+    """The --import module that registered ``env_id`` (the entry point's module when it is one of them)."""
+    entry = gym.spec(env_id).entry_point
+    name = entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+    return next(
+        (m for m in modules if name == m or name.startswith(m + ".")), modules[-1] if modules else name
+    )
+
+
+def _env_class_domain(env_id: str) -> str | None:
+    """The ``domain`` of a registered env's class (a TextEnv's task-source domain), None if it has none."""
+    entry = gym.spec(env_id).entry_point
+    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    return getattr(cls, "domain", None)
+
+
+def domains_table(user_envs: Sequence[str] = ()) -> Table:
     """The registered domains (the built-in ones, then any a user's module registered): what trains and
-    searches on each."""
+    searches on each; a user's env without a registered domain gets a row for the generic one."""
     from whale_train.domains import registered
 
     table = Table(title="Registered domains (whale train / whale search; a user's env: module:EnvId)")
@@ -92,6 +126,10 @@ def domains_table() -> Table:
             str(len(d.load_prompt_edits())),
             "yes" if d.pretrain_formats else "no",
         )
+    known = {d.env_id for d in registered()}
+    for env_id in user_envs:
+        if env_id not in known and env_id.partition(":")[2] not in known:
+            table.add_row("(generic)", env_id, "(config names its h0)", "generic", "0", "no")
     return table
 
 
@@ -110,16 +148,27 @@ def _import_modules(modules: Sequence[str]) -> None:
 def cmd_tasks(args: argparse.Namespace) -> int:
     env = _make_env(args.env, args.tasks, args.split).unwrapped
     ids = env.task_ids[: args.limit] if args.limit else env.task_ids
-    table = Table(title=f"{args.env} · {env.source.name} · split {args.split}: {len(env.task_ids)} tasks")
-    table.add_column("task id")
+    total = len(env.task_ids)
+    shown = f"the first {len(ids)} shown (--limit 0: all)" if len(ids) < total else "all shown"
+    table = Table(title=f"{args.env} · {env.source.name} · split {args.split}: {total} tasks, {shown}")
+    table.add_column("task id", no_wrap=True)
     table.add_column("difficulty")
     table.add_column("source row")
+    table.add_column("task (the first observation, cut)")
     for task_id in ids:
         meta = env.source.get(task_id).meta
-        table.add_row(task_id, str(meta.get("difficulty", "")), str(meta.get("row", "")))
+        obs, _info = env.reset(options={"task_id": task_id})
+        text = " ".join(obs.split())
+        table.add_row(
+            escape(task_id),
+            str(meta.get("difficulty", "")),
+            str(meta.get("row", "")),
+            escape(text[:100] + ("…" if len(text) > 100 else "")),
+        )
     console.print(table)
     counts = Counter(str(env.source.get(i).meta.get("difficulty", "")) for i in ids)
-    console.print("by difficulty: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    of = f"of the {len(ids)} shown" if len(ids) < total else f"of all {total}"
+    console.print(f"by difficulty ({of}): " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
     return 0
 
 
@@ -355,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tasks", help="list the tasks of a source and split")
     p.add_argument("--env", required=True, help="env id, e.g. whale/Chess-v0")
     p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
-    p.add_argument("--split", default="test", choices=SPLIT_NAMES)
+    p.add_argument("--split", default="test", choices=SPLIT_NAMES, help="which split's tasks")
     p.add_argument("--limit", type=count(0), default=20, help="show at most N tasks (0 = all)")
     p.set_defaults(func=cmd_tasks)
 
@@ -369,7 +418,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", required=True, help="env id, e.g. whale/Chess-v0")
     p.add_argument("--harness", required=True, help="a harness file, or a shipped name like chess_puzzles/h0")
     p.add_argument("--model", default=None, help="model directory or id (default: the shipped tiny model)")
-    p.add_argument("--backend", default="transformers", choices=["transformers", "openai", "vllm"])
+    p.add_argument(
+        "--backend",
+        default="transformers",
+        choices=["transformers", "openai", "vllm"],
+        help="transformers (CPU or one GPU), openai (a served model: --base-url and --model), vllm (a GPU)",
+    )
     p.add_argument(
         "--base-url", default=None, help="server URL for --backend openai (e.g. http://localhost:8000/v1)"
     )
@@ -391,12 +445,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="an env keyword argument, repeatable (verifier=dapo, judge_mode=paper, max_turns=9)",
     )
-    p.add_argument("--split", default="test", choices=SPLIT_NAMES)
+    p.add_argument("--split", default="test", choices=SPLIT_NAMES, help="which split's tasks")
     p.add_argument(
         "--limit", type=count(0), default=0, help="evaluate the first N tasks of the split (0 = all)"
     )
     p.add_argument("--k", type=count(1), default=8, help="samples per task (mean@k, pass@k)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (the same seed, the same samples)")
     p.add_argument(
         "--concurrency", type=count(1), default=128, help="episodes in flight (the model's batch size)"
     )
@@ -419,7 +473,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the model the harness will run with: the stand-ins copy it, and it answers other tasks' "
         "prompts, as in the harness search (default: the shipped tiny model)",
     )
-    p.add_argument("--backend", default="transformers", choices=["transformers", "openai", "vllm"])
+    p.add_argument(
+        "--backend",
+        default="transformers",
+        choices=["transformers", "openai", "vllm"],
+        help="transformers (CPU or one GPU), openai (a served model: --base-url and --model), vllm (a GPU)",
+    )
     p.add_argument(
         "--base-url", default=None, help="server URL for --backend openai (e.g. http://localhost:8000/v1)"
     )
@@ -435,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train-split tasks, one episode per stand-in each (the default catches a harness that "
         "solves 3x the chance level by itself; see docs/HARNESSES.md)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (the same seed, the same samples)")
     p.add_argument("--trusted", action="store_true", help="run a shipped harness in this process (faster)")
     _add_limit_flags(p, 10.0, 64)
     p.set_defaults(func=cmd_check)
@@ -454,6 +513,8 @@ def build_parser() -> argparse.ArgumentParser:
     from whale_envs.sandbox import OPT_IN_ENV, OPT_IN_FLAG
 
     for command in sub.choices.values():  # the isolation opt-in, on every command
+        if command.formatter_class is argparse.HelpFormatter:  # --help shows the defaults
+            command.formatter_class = DefaultsFormatter
         command.add_argument(
             OPT_IN_FLAG,
             action="store_true",

@@ -84,6 +84,26 @@ def add_set_option(p: argparse.ArgumentParser, help: str = "override a config fi
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """``--help`` that shows each option's default (``(default: 8)``) where it has a real one and its help
+    does not already say it (None and False defaults say nothing a reader can use)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default is None
+            or default is False
+            or default == []
+            or default == argparse.SUPPRESS
+            or not action.option_strings
+            or action.nargs == 0
+        ):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors that say where the help is."""
 

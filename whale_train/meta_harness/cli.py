@@ -75,7 +75,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--test-k", type=count(1), default=1, help="samples per test task")
     p.set_defaults(func=cmd_search)
 
-    p = subparsers.add_parser("lineage", help="the markdown lineage report of a harness archive")
+    p = subparsers.add_parser(
+        "lineage", help="the lineage report of a harness archive (rendered; --out FILE writes the markdown)"
+    )
     p.add_argument(
         "archive", help="an archive folder (OUT/archive of whale search, RUN/archive of whale train)"
     )
@@ -277,6 +279,9 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     if args.out:
         atomic_write_text(args.out, report)
         print(f"wrote {args.out}")
-    else:
-        print(report, end="")
+    else:  # in a terminal: rendered (tables drawn, no raw markdown or HTML); --out keeps the markdown
+        from whale_train.cli_common import console
+        from whale_train.meta_harness.lineage import for_terminal
+
+        console.print(for_terminal(report))
     return 0

@@ -3,6 +3,7 @@ their hypotheses, the accepted ones marked, and every step's decision."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from whale_train.meta_harness.archive import Archive
@@ -133,3 +134,12 @@ def agent_lines(records: list[dict]) -> list[str]:
             f"{u.get('wall_seconds', 0.0):.0f} s"
         )
     return out
+
+
+def for_terminal(report: str):
+    """The markdown of :func:`lineage_report` as rich renders it in a terminal (``whale lineage`` without
+    ``--out``): tables drawn, emphasis shown, and each hypothesis on a line of its own (the markdown's
+    ``<br>`` becomes a hard line break instead of raw HTML)."""
+    from rich.markdown import Markdown
+
+    return Markdown(re.sub(r"\n(\s*)<br>", r"\\\n\1", report))
