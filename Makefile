@@ -21,10 +21,17 @@ export TOKENIZERS_PARALLELISM = false
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+# Two stamps: .installed-base is the package alone (what `make demo` needs: torch, transformers, trl,
+# the envs, TensorBoard and the plots), .installed adds the `dev` extra (pytest, ruff, the trackers,
+# Ray, accelerate, CairoSVG: what `make test` needs). `make demo` then `make test` installs only the rest.
+$(VENV)/.installed-base: setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-base
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
@@ -84,7 +91,7 @@ $(CLAUDE_CODE_DIR)/.installed: Makefile
 	node $(CLAUDE_CODE_DIR)/node_modules/@anthropic-ai/claude-code/cli.js --version | grep -q '^$(CLAUDE_CODE_VERSION) '
 	touch $@
 
-demo: install
+demo: $(VENV)/.installed-base
 	$(BIN)/whale train demo --out runs/demo $(if $(wildcard runs/demo/state.json),--resume)
 
 lint: install
