@@ -1,7 +1,7 @@
 """``whale search`` (harness-only search on a frozen model) and ``whale lineage`` (the archive report).
 
     whale search --env whale/Math-v0 --iterations 4 [--model DIR] [--tasks SPEC] [--out DIR]
-                 [--proposer offline|llm|agent] [--llm-api openai|anthropic] [--prompt-only] [--config search.yaml] [--set key=value ...]
+                 [--proposer offline|llm|agent|claude-code] [--llm-api openai|anthropic] [--prompt-only] [--config search.yaml] [--set key=value ...]
 
 writes ``OUT/archive/`` (the search), ``OUT/lineage.md`` and ``OUT/results.json``, and scores the seed
 and the final incumbent on the held-out ``test`` split (``OUT/test/``, outside the archive, so no
@@ -45,9 +45,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--proposer",
         default=None,
-        choices=["offline", "llm", "agent"],
-        help="offline (default; no LLM), llm (a chat model with archive file tools) or agent (a chat model "
-        "that also runs commands in a jail and tries candidates on train tasks)",
+        choices=["offline", "llm", "agent", "claude-code"],
+        help="offline (default; no LLM), llm (a chat model with archive file tools), agent (a chat model "
+        "that also runs commands in a jail and tries candidates on train tasks) or claude-code (the real "
+        "Claude Code CLI in that jail, on the Anthropic API; make install-claude-code)",
     )
     p.add_argument(
         "--prompt-only", action="store_true", help="change only the seed's prompt text (FST baseline)"
@@ -117,6 +118,14 @@ def cmd_search(args: argparse.Namespace) -> int:
         config = search_config(args)
     except (ValueError, FileNotFoundError) as exc:  # one line naming the file or --set and the field
         raise CLIError(str(exc)) from None
+    if config.proposer == "claude-code":  # a missing CLI is a user error, before any work
+        from whale_train.meta_harness.claude_code import find_cli
+        from whale_train.meta_harness.proposer import ProposerError
+
+        try:
+            find_cli(config.claude_code_path)
+        except ProposerError as exc:
+            raise CLIError(str(exc)) from None
     out = Path(args.out or f"runs/search-{domain.name}")
     env_kwargs = {"tasks": args.tasks} if args.tasks else {}
     make_env(args.env, args.tasks, "harness")  # a bad task source is a user error, before any work

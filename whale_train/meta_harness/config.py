@@ -8,7 +8,7 @@ from pathlib import Path
 
 from whale_train.config_io import Config, at_least, option
 
-PROPOSERS = ("offline", "llm", "agent")
+PROPOSERS = ("offline", "llm", "agent", "claude-code")
 
 
 @dataclass
@@ -33,7 +33,8 @@ class MetaHarnessConfig(Config):
         "offline (no LLM; composes mechanisms from a per-domain library), llm (an OpenAI-compatible chat "
         "model reading the archive through file tools) or agent (a chat model on the OpenAI or Anthropic API "
         "that also runs shell commands in a jail and tries candidates on train tasks: Meta-Harness's "
-        "coding-agent proposer)",
+        "coding-agent proposer), or claude-code (the real Claude Code CLI in the same jail, on the "
+        "Anthropic API: make install-claude-code)",
     )
     prompt_only: bool = option(
         False,
@@ -94,6 +95,17 @@ class MetaHarnessConfig(Config):
         "proposer agent: try_candidate rollouts allowed per iteration (charged as proposer rollouts, "
         "reported apart from the candidates' scoring)",
     )
+    claude_code_path: str | None = option(
+        None,
+        "proposer claude-code: the CLI's cli.js (or its package folder); unset: $WHALE_CLAUDE_CODE, else "
+        "the project's make install-claude-code",
+    )
+    claude_code_seconds: float = option(
+        1800.0, "proposer claude-code: wall-clock (and CPU) seconds of one iteration's CLI session"
+    )
+    claude_code_memory_mb: int = option(
+        4096, "proposer claude-code: address space per process in its jail (MiB; Node needs more than Python)"
+    )
 
     def validate(self) -> None:
         at_least(
@@ -112,7 +124,10 @@ class MetaHarnessConfig(Config):
             "agent_memory_mb",
             "agent_scratch_mb",
             "agent_try_tasks",
+            "claude_code_memory_mb",
         )
+        if self.claude_code_seconds <= 0:
+            raise ValueError("claude_code_seconds must be > 0")
         if self.agent_run_seconds <= 0 or self.agent_try_budget < 0:
             raise ValueError("agent_run_seconds must be > 0 and agent_try_budget >= 0")
         if self.llm_api not in ("openai", "anthropic"):

@@ -213,9 +213,12 @@ class ProposerJail:
     server) is restarted by the next command, with an empty scratch, and the answer says so.
     """
 
-    def __init__(self, archive_dir: str | Path, limits: JailLimits | None = None):
+    def __init__(
+        self, archive_dir: str | Path, limits: JailLimits | None = None, mounts: dict[str, str] | None = None
+    ):
         self.archive_dir = Path(archive_dir).resolve()
         self.limits = limits or JailLimits()
+        self.mounts = dict(mounts or {})  # more read-only host folders (jail path -> host folder)
         self._proc: SandboxProcess | None = None
         self._sdk: Path | None = None
         self.runs = 0
@@ -236,7 +239,7 @@ class ProposerJail:
             open_files=256,
             isolation="namespaces",
         )
-        mounts = {"/archive": str(self.archive_dir), "/sdk": str(self._sdk)}
+        mounts = {**self.mounts, "/archive": str(self.archive_dir), "/sdk": str(self._sdk)}
         self._proc = spawn_jailed(SERVER, limits, mounts=mounts)
 
     def _ask(self, request: dict, wait_s: float) -> dict:

@@ -577,6 +577,10 @@ def make_proposer(config: MetaHarnessConfig, env_kwargs: dict[str, Any] | None =
         from whale_train.meta_harness.agent_proposer import AgentProposer
 
         return AgentProposer.from_config(config, env_kwargs)
+    if config.proposer == "claude-code":
+        from whale_train.meta_harness.claude_code import ClaudeCodeProposer
+
+        return ClaudeCodeProposer.from_config(config, env_kwargs)
     from whale_train.meta_harness.offline import OfflineProposer
 
     return OfflineProposer()

@@ -1,0 +1,554 @@
+"""The Claude Code proposer (``proposer: claude-code``): the real Claude Code CLI as Meta-Harness's proposer.
+
+The paper's reference runs Claude Code over the archive. Here one iteration is one non-interactive
+session of the CLI (``claude -p ... --output-format stream-json``), run **in the agent proposer's jail**
+(:class:`.jail.ProposerJail`: the archive read-only at ``/archive``, the harness SDK and the env
+package at ``/sdk``, a private scratch folder for the iteration, no project checkout, no ``test``
+split, no answers; CPU, memory, time and output limits). What the CLI gets:
+
+* the workspace ``/sandbox/scratch`` (its working directory), holding ``SKILL.md``: the agent
+  proposer's instructions built from the env's ``Domain`` (:meth:`.AgentProposer.skill`), plus how to
+  hand in candidates in this mode; the archive is added to its file tools (``--add-dir /archive``);
+* its own tools (Bash, Read, Write, Edit, Glob, Grep), with permission checks off: the jail is the
+  boundary, not the CLI's prompts;
+* exactly one way out, to the Messages API, through a relay:
+
+  - inside the jail, a launcher (standard library only) enters a user and network namespace of its
+    own whose only interface is its loopback, brings it up, and listens on one loopback port; each
+    connection there is forwarded to a Unix socket, the one file of a read-only folder bound into the
+    jail (Unix sockets are files: they cross network namespaces, nothing else does);
+  - outside, in the search's process, :class:`ApiRelay` accepts on that socket and sends each request
+    on to the configured API (``llm_base_url``, default Anthropic's), one request per connection, with
+    the ``Host`` header set for it and the **API key added there**: the key never enters the jail (the
+    CLI holds a placeholder). Only paths under ``/v1/`` are forwarded; any other is answered 403.
+
+  So the CLI (and anything its Bash tool runs) can reach the API and nothing else: no other address,
+  no other port of the host.
+
+Candidates: the CLI writes ``candidates/<k>.py`` (one harness module each) and ``candidates/<k>.json``
+(``{"hypothesis": ..., "axis": ...}``) in its workspace, ``k`` = 1..M; after the session the search
+picks them up (the same rule check as the agent proposer's ``submit_candidate``, then the search's
+usual validation). ``NOTES.md`` from the workspace is kept as ``search/notes/<iteration>.md``.
+
+Measured per iteration (the iteration record's ``proposer_usage``, shown by ``whale lineage``): the API
+requests the relay forwarded (``requests``), the CLI's turns, tool calls by tool, Bash commands
+(``runs``, ``runs_failed``), tokens and cost (from the CLI's result: with ``llm_price_*`` set the cost is
+computed from the tokens at those prices, else the CLI's own ``total_cost_usd``), wall seconds. The CLI
+is pinned (``make install-claude-code``, :data:`PINNED_VERSION`); it runs on Node >= 20 (the jail
+needs ``--disable-wasm-trap-handler``).
+
+Errors (the contract): a missing CLI or ``node`` is a one-line ``ProposerError`` naming what to install;
+a session that fails, times out or writes no candidate is a ``ProposerError`` naming why (the search
+records it and goes on); a candidate file that breaks the harness rules is skipped with its reason
+logged, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import ssl
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from harnesses.loader import harness_from_source
+from harnesses.validate import HarnessValidationError
+from whale_train.meta_harness.agent_proposer import AgentProposer
+from whale_train.meta_harness.archive import SEARCH_DIR, atomic_write_text
+from whale_train.meta_harness.config import MetaHarnessConfig
+from whale_train.meta_harness.jail import JailLimits, ProposerJail
+from whale_train.meta_harness.proposer import Proposal, ProposalContext, ProposerError
+
+#: The release ``make install-claude-code`` installs (the newest plain-JavaScript one; later ones ship
+#: a native binary and need Node >= 22).
+PINNED_VERSION = "2.1.112"
+#: Where ``make install-claude-code`` puts it, relative to the project folder.
+LOCAL_INSTALL = Path(".tools/claude-code/node_modules/@anthropic-ai/claude-code/cli.js")
+PROJECT = Path(__file__).resolve().parents[2]
+ANTHROPIC_URL = "https://api.anthropic.com"
+#: The CLI's tools in this mode (no web tools: there is no network).
+CLI_TOOLS = "Bash,Read,Write,Edit,Glob,Grep"
+#: The placeholder key the CLI holds in the jail; the relay swaps in the real one.
+PLACEHOLDER_KEY = "sk-ant-held-by-the-relay"
+
+HANDING_IN = """
+## In this session (Claude Code)
+Your tools are Claude Code's own: Bash (this is `run`: cwd /sandbox/scratch, the same jail and limits, \
+no network), Read, Write, Edit, Glob and Grep; the archive is at /archive (read-only). try_candidate \
+is not available here. To check a module against the harness rules, run \
+`python -c "from harnesses.loader import harness_from_source as h; h(open('candidates/1.py').read(), 'x')"`.
+Hand in candidate k (k = 1 .. {slots}) as two files in /sandbox/scratch:
+- candidates/<k>.py: the full harness module (exactly one harness class);
+- candidates/<k>.json: {{"hypothesis": "what changed, why, what the traces should show", \
+"axis": "the mechanism family", "parent": "the id it builds on (optional)"}}.
+Write NOTES.md in /sandbox/scratch before you finish. When the files are written, stop.
+"""
+
+#: Runs inside the jail (standard library only): own network namespace with loopback up, a forwarder
+#: from one loopback port to the relay's Unix socket, then the CLI; prints one JSON summary line.
+LAUNCHER = r"""
+import ctypes, fcntl, json, os, socket, struct, subprocess, sys, threading
+
+RELAY = "/whale-relay/api.sock"
+cfg = json.loads(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+uid, gid = os.getuid(), os.getgid()
+if libc.unshare(0x10000000 | 0x40000000) != 0:  # CLONE_NEWUSER | CLONE_NEWNET
+    print(json.dumps({"launcher_error": "unshare: " + os.strerror(ctypes.get_errno())}))
+    sys.exit(3)
+for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+    with open("/proc/self/" + name, "w") as fh:
+        fh.write(text)
+with socket.socket() as s:  # SIOCSIFFLAGS lo: IFF_UP | IFF_LOOPBACK | IFF_RUNNING
+    fcntl.ioctl(s.fileno(), 0x8914, struct.pack("16sH14s", b"lo", 0x1 | 0x8 | 0x40, b""))
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(16)
+port = listener.getsockname()[1]
+
+
+def pipe(src, dst):
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    for s in (src, dst):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def serve():
+    while True:
+        client, _ = listener.accept()
+        up = socket.socket(socket.AF_UNIX)
+        try:
+            up.connect(RELAY)
+        except OSError:
+            client.close()
+            continue
+        threading.Thread(target=pipe, args=(client, up), daemon=True).start()
+        threading.Thread(target=pipe, args=(up, client), daemon=True).start()
+
+
+threading.Thread(target=serve, daemon=True).start()
+home = "/sandbox/home"
+os.makedirs(home, exist_ok=True)
+env = dict(os.environ, HOME=home, SHELL="/bin/bash", TMPDIR="/sandbox", IS_SANDBOX="1",
+           ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}", ANTHROPIC_API_KEY=cfg["key"],
+           DISABLE_AUTOUPDATER="1", DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1",
+           CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
+proc = subprocess.Popen(cfg["argv"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True, errors="replace")
+errors = []
+threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True).start()
+tools, failed, result, names = {}, 0, None, {}
+for line in proc.stdout:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    content = (msg.get("message") or {}).get("content") if isinstance(msg, dict) else None
+    if msg.get("type") == "assistant" and isinstance(content, list):
+        for b in content:
+            if isinstance(b, dict) and b.get("type") == "tool_use":
+                tools[b.get("name")] = tools.get(b.get("name"), 0) + 1
+                names[b.get("id")] = b.get("name")
+    elif msg.get("type") == "user" and isinstance(content, list):
+        for b in content:
+            if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("is_error"):
+                failed += names.get(b.get("tool_use_id")) == "Bash"
+    elif msg.get("type") == "result":
+        result = msg
+status = proc.wait()
+print(json.dumps({"exit": status, "tools": tools, "bash_failed": failed, "result": result,
+                  "stderr": "".join(errors)[-2000:]}))
+"""
+
+
+def find_cli(configured: str | None = None) -> tuple[Path, Path]:
+    """``(node, cli.js)`` of the Claude Code CLI: ``configured`` (``claude_code_path``: the cli.js or
+    its package folder), else ``$WHALE_CLAUDE_CODE``, else the project's ``make install-claude-code``.
+    Raises ``ProposerError`` (one line) when either is missing."""
+    where = configured or os.environ.get("WHALE_CLAUDE_CODE") or str(PROJECT / LOCAL_INSTALL)
+    cli = Path(where).expanduser()
+    if cli.is_dir():
+        cli = cli / "cli.js"
+    if not cli.is_file():
+        raise ProposerError(
+            f"the Claude Code CLI is not installed at {cli}: run `make install-claude-code` "
+            f"(@anthropic-ai/claude-code@{PINNED_VERSION}), or set claude_code_path to its cli.js"
+        )
+    node = shutil.which("node")
+    if node is None:
+        raise ProposerError("proposer claude-code needs Node.js >= 20 (`node` is not on PATH)")
+    return Path(node).resolve(), cli.resolve()
+
+
+# --------------------------------------------------------------------------------------- the relay
+
+
+class ApiRelay:
+    """The jail's one way out: a Unix socket in a fresh folder, forwarding to ``upstream``.
+
+    Each connection carries one HTTP request: its head is read here, the ``Host`` header set for the
+    upstream, ``x-api-key`` replaced by ``api_key`` (when given), ``Connection: close`` asked for;
+    then the body and the answer are piped through unchanged (a streamed answer streams). A request
+    whose path is not under ``/v1/`` gets 403 and goes nowhere. ``requests`` lists what was forwarded
+    (method, path), ``refused`` what was not.
+    """
+
+    def __init__(self, upstream: str, api_key: str | None):
+        url = urlsplit(upstream.rstrip("/"))
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ProposerError(f"llm_base_url must be an http(s) URL, got {upstream!r}")
+        self.tls = url.scheme == "https"
+        self.host = url.hostname
+        self.port = url.port or (443 if self.tls else 80)
+        self.prefix = url.path  # a gateway's base path, put before the request's path
+        self.api_key = api_key
+        self.requests: list[tuple[str, str]] = []
+        self.refused: list[str] = []
+        self.folder = Path(tempfile.mkdtemp(prefix="whale-relay-"))
+        self.folder.chmod(0o755)
+        self.path = self.folder / "api.sock"
+        self._sock = socket.socket(socket.AF_UNIX)
+        self._sock.bind(str(self.path))
+        self.path.chmod(0o777)  # the jail's unprivileged uid connects (the folder itself is read-only there)
+        self._sock.listen(16)
+        self._closed = False
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        up = None
+        try:
+            head, rest = _read_head(conn)
+            if head is None:
+                return
+            lines = head.decode("latin-1").split("\r\n")
+            method, path, version = (lines[0].split(" ", 2) + ["", ""])[:3]
+            if not path.startswith("/v1/"):
+                with self._lock:
+                    self.refused.append(f"{method} {path}")
+                conn.sendall(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                return
+            keep = [
+                ln
+                for ln in lines[1:]
+                if ln and ln.split(":", 1)[0].strip().lower() not in ("host", "connection", "x-api-key")
+            ]
+            host = self.host if self.port in (80, 443) else f"{self.host}:{self.port}"
+            keep += [f"Host: {host}", "Connection: close"]
+            if self.api_key:
+                keep.append(f"x-api-key: {self.api_key}")
+            with self._lock:
+                self.requests.append((method, path))
+            out = "\r\n".join([f"{method} {self.prefix}{path} {version}", *keep, "", ""]).encode("latin-1")
+            try:
+                up = socket.create_connection((self.host, self.port), timeout=600)
+                if self.tls:
+                    up = ssl.create_default_context().wrap_socket(up, server_hostname=self.host)
+            except OSError as exc:  # the CLI sees an HTTP error naming it (and retries as it would)
+                text = f"the relay cannot reach {self.host}:{self.port}: {exc}".encode()
+                head = f"HTTP/1.1 502 Bad Gateway\r\ncontent-length: {len(text)}\r\nconnection: close\r\n\r\n"
+                conn.sendall(head.encode() + text)
+                return
+            up.sendall(out + rest)
+            threading.Thread(target=_pipe, args=(conn, up), daemon=True).start()
+            _pipe(up, conn)
+        except OSError:
+            pass
+        finally:
+            for s in (conn, up):
+                if s is not None:
+                    s.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._sock.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _read_head(conn: socket.socket, limit: int = 1 << 20) -> tuple[bytes | None, bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk or len(data) > limit:
+            return None, b""
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    try:
+        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------------------------ the proposer
+
+
+@dataclass
+class SessionResult:
+    """What one CLI session left: its summary line (None when the launcher printed none) and output."""
+
+    summary: dict[str, Any] | None
+    output: str
+    limit: str | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ClaudeCodeProposer:
+    """See the module docstring."""
+
+    name = "claude-code"
+
+    def __init__(
+        self,
+        config: MetaHarnessConfig | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        *,
+        api_key: str | None = None,
+    ):
+        self.check = config or MetaHarnessConfig(proposer="claude-code")
+        self.env_kwargs = env_kwargs or {}
+        self.api_key = api_key
+        c = self.check
+        self.jail_limits = JailLimits(
+            wall_s=c.claude_code_seconds,
+            cpu_s=max(1, int(c.claude_code_seconds)),
+            output_chars=200_000,
+            memory_mb=c.claude_code_memory_mb,
+            processes=256,
+            scratch_mb=c.agent_scratch_mb,
+        )
+        # the agent proposer's skill, at this mode's limits (its per-command limits are the session's)
+        self._skill = AgentProposer(None, check=c, env_kwargs=self.env_kwargs, jail_limits=self.jail_limits)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_config(
+        cls, config: MetaHarnessConfig, env_kwargs: dict[str, Any] | None = None
+    ) -> ClaudeCodeProposer:
+        key_env = config.llm_api_key_env
+        if key_env == "OPENAI_API_KEY":  # the default name: the CLI speaks Anthropic's API
+            key_env = "ANTHROPIC_API_KEY"
+        find_cli(config.claude_code_path)  # a missing CLI fails here, before any work
+        return cls(config, env_kwargs, api_key=os.environ.get(key_env))
+
+    def skill(self, ctx: ProposalContext) -> str:
+        """The agent proposer's instructions, and how to hand in candidates in this mode."""
+        return self._skill.skill(ctx, 0) + HANDING_IN.format(slots=len(ctx.slots))
+
+    def propose(self, ctx: ProposalContext) -> list[Proposal]:
+        node, cli = find_cli(self.check.claude_code_path)
+        c = self.check
+        relay = ApiRelay(c.llm_base_url or ANTHROPIC_URL, self.api_key)
+        mounts = {"/whale-relay": str(relay.folder), "/whale-cli": str(cli.parent)}
+        node_in_jail = str(node)
+        if not any(str(node).startswith(p) for p in ("/usr/", "/bin/", "/lib")):  # not in the jail's view
+            mounts["/whale-node"] = str(node.parent)
+            node_in_jail = f"/whale-node/{node.name}"
+        jail = ProposerJail(ctx.archive.root, self.jail_limits, mounts=mounts)
+        tag = f"{ctx.iteration:03d}"
+        start = time.monotonic()
+        try:
+            session = self._session(ctx, jail, node_in_jail)
+            proposals, skipped = self._pick_up(ctx, jail)
+            notes = jail.get("NOTES.md")
+        finally:
+            jail.close()
+            relay.close()
+        if notes:
+            atomic_write_text(ctx.archive.root / SEARCH_DIR / "notes" / f"{tag}.md", notes)
+        usage = self._usage(session, relay, time.monotonic() - start)
+        log = {"session": session.summary, "relay": {"forwarded": relay.requests, "refused": relay.refused}}
+        log["skipped"] = skipped
+        if session.error or session.limit:
+            log["error"] = session.error or f"stopped: {session.limit} limit"
+        atomic_write_text(
+            ctx.archive.root / SEARCH_DIR / "proposer" / f"{tag}.jsonl",
+            json.dumps(log, ensure_ascii=False, default=str) + "\n",
+        )
+        if not proposals:
+            raise ProposerError(self._why_none(session, skipped))
+        proposals[-1].usage = usage  # the iteration's usage, once (the search sums the candidates')
+        for p in proposals[:-1]:
+            p.usage = dict.fromkeys(usage, 0)
+        return proposals
+
+    # ------------------------------------------------------------------ pieces
+
+    def _session(self, ctx: ProposalContext, jail: ProposerJail, node: str) -> SessionResult:
+        c = self.check
+        jail.put("SKILL.md", self.skill(ctx))
+        jail.put(".whale-launch.py", LAUNCHER)
+        prompt = (
+            f"{self._skill_task(ctx)}\nYour instructions are in SKILL.md (read it first). Write "
+            f"{len(ctx.slots)} candidate(s) as candidates/<k>.py and candidates/<k>.json, and NOTES.md."
+        )
+        # Node reserves ~10 GB of address space per WebAssembly memory for its trap handler (the HTTP
+        # parser is one): under the jail's address-space limit it must bounds-check instead
+        argv = [
+            node,
+            "--disable-wasm-trap-handler",
+            "/whale-cli/cli.js",
+            "-p",
+            prompt,
+            "--output-format",
+            "stream-json",
+            "--verbose",
+        ]
+        argv += ["--no-session-persistence", "--dangerously-skip-permissions", "--setting-sources", ""]
+        argv += ["--tools", CLI_TOOLS, "--add-dir", "/archive", "--max-turns", str(c.llm_max_turns)]
+        argv += ["--append-system-prompt", "Follow SKILL.md in your working directory exactly."]
+        if c.llm_model:
+            argv += ["--model", c.llm_model]
+        launch = json.dumps({"argv": argv, "key": PLACEHOLDER_KEY})
+        result = jail.run(f"exec python -I .whale-launch.py {_quote(launch)}")
+        summary = None
+        for line in reversed(result.output.splitlines()):
+            if line.startswith("{"):
+                try:
+                    summary = json.loads(line)
+                    break
+                except ValueError:
+                    continue
+        return SessionResult(summary, result.output, result.limit, result.error)
+
+    def _skill_task(self, ctx: ProposalContext) -> str:
+        rows = []
+        for cand in ctx.archive.candidates():
+            rec = cand.eval(ctx.model_version)
+            score = f"{100 * rec['mean']:.1f}%" if rec else "-"
+            rows.append(
+                f"  {cand.id}: {cand.meta.get('status')}, {score}, parents {cand.meta.get('parents')}"
+            )
+        return (
+            f"Iteration {ctx.iteration}. The incumbent is {ctx.incumbent}; the frontier is {ctx.frontier}. "
+            f"Scores under model v{ctx.model_version} on the search split:\n" + "\n".join(rows)
+        )
+
+    def _pick_up(self, ctx: ProposalContext, jail: ProposerJail) -> tuple[list[Proposal], list[str]]:
+        """The candidates the CLI wrote (the agent proposer's submission rule check on each)."""
+        proposals: list[Proposal] = []
+        skipped: list[str] = []
+        for k in range(1, len(ctx.slots) + 1):
+            source = jail.get(f"candidates/{k}.py")
+            if not source:
+                skipped.append(f"candidates/{k}.py: not written")
+                continue
+            try:
+                harness_from_source(source, "submission")
+            except HarnessValidationError as exc:
+                skipped.append(f"candidates/{k}.py: breaks the rules: {exc}")
+                continue
+            try:
+                meta = json.loads(jail.get(f"candidates/{k}.json") or "{}")
+            except ValueError:
+                meta = {}
+            meta = meta if isinstance(meta, dict) else {}
+            axis = str(meta.get("axis") or "").strip()[:80]
+            parent = meta.get("parent") or ctx.incumbent
+            if parent not in ctx.archive:
+                parent = ctx.incumbent
+            proposals.append(
+                Proposal(
+                    source=source,
+                    hypothesis=str(meta.get("hypothesis") or "").strip() or "(no hypothesis given)",
+                    parents=[parent],
+                    change="prompt" if ctx.prompt_only else "rewrite",
+                    summary=axis,
+                    components={"model": self.check.llm_model or "(the CLI's default)", "api": "claude-code"}
+                    | {"axis": axis},
+                )
+            )
+        return proposals, skipped
+
+    def _usage(self, session: SessionResult, relay: ApiRelay, wall: float) -> dict[str, Any]:
+        c = self.check
+        s = session.summary or {}
+        result = s.get("result") or {}
+        u = result.get("usage") or {}
+        prompt = sum(
+            int(u.get(k) or 0)
+            for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        completion = int(u.get("output_tokens") or 0)
+        tools = s.get("tools") or {}
+        if c.llm_price_prompt or c.llm_price_completion:
+            cost = (prompt * c.llm_price_prompt + completion * c.llm_price_completion) / 1e6
+        else:
+            cost = float(result.get("total_cost_usd") or 0.0)
+        return {
+            "requests": sum(1 for m, p in relay.requests if p.startswith("/v1/messages")),
+            "turns": int(result.get("num_turns") or 0),
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "cost_usd": round(cost, 6),
+            "cli_cost_usd": float(result.get("total_cost_usd") or 0.0),
+            "tool_calls": sum(tools.values()),
+            **{f"tool_{name.lower()}": int(n) for name, n in sorted(tools.items())},
+            "runs": int(tools.get("Bash", 0)),
+            "runs_failed": int(s.get("bash_failed") or 0),
+            "tries": 0,
+            "try_rollouts": 0,
+            "validations": 0,
+            "relay_refused": len(relay.refused),
+            "wall_seconds": round(wall, 3),
+        }
+
+    def _why_none(self, session: SessionResult, skipped: list[str]) -> str:
+        s = session.summary or {}
+        result = s.get("result") or {}
+        if session.error:
+            why = f"the session did not run: {session.error}"
+        elif session.limit:
+            why = f"the session was stopped by the {session.limit} limit"
+        elif "launcher_error" in s:
+            why = f"the jail's network could not be set up: {s['launcher_error']}"
+        elif not s:
+            why = (
+                "the session printed no summary: "
+                + (session.output.strip().splitlines() or ["(no output)"])[-1]
+            )
+        elif result.get("is_error") or s.get("exit"):
+            text = result.get("result") or result.get("subtype") or (s.get("stderr") or "").strip()
+            why = f"the CLI failed (exit {s.get('exit')}): {str(text).strip().splitlines()[-1] if text else '?'}"
+        else:
+            why = "the CLI finished"
+        return f"claude-code wrote no usable candidate ({why}; {'; '.join(skipped) or 'nothing written'})"[
+            :600
+        ]
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
