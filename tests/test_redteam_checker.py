@@ -92,7 +92,7 @@ def test_the_stand_ins_look_like_a_real_model():
     text = PlausibleWrong().complete(req)[0].text
     assert "answer:" in text or "\\boxed{" in text
     real = ScriptedLLM(lambda t: "answer: 12" if "5 + 7" in t else "answer: 3")
-    assert OtherTaskReal(real, {"5 + 7": "1 + 2"}, seed=1).complete(req)[0].text in ("answer: 12", "answer: 3")
+    assert OtherTaskReal(real, {"5 + 7": "1 + 2"}, seed=1).complete(req)[0].text == "answer: 3"
     assert OtherTaskReal(real, seed=1).complete(req)[0].prompt_text == req[0].prompt  # the record is honest
 
 
