@@ -175,3 +175,41 @@ def test_whale_lineage_renders_in_the_terminal_and_writes_markdown_with_out(tmp_
         assert raw not in shown, raw
     assert main(["lineage", str(tmp_path / "a"), "--out", str(tmp_path / "l.md")]) == 0
     assert "<br>_" in (tmp_path / "l.md").read_text()  # the file keeps its markdown
+
+
+# ------------------------------------------------------------------ 6. Ctrl-C: one line, and what was kept
+
+
+def test_ctrl_c_inside_a_finalizer_prints_no_traceback_and_still_stops_the_run(capfd):
+    """A Ctrl-C that arrives while a ``Popen`` (here: any object) is being collected used to raise in its
+    ``__del__``: Python printed "Exception ignored in ... __del__" and a traceback, and dropped it."""
+    import signal
+    import time
+
+    from whale_train.trainer import INTERRUPTED, sigint_stops_run
+
+    class Finalized:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # the handler runs here, inside __del__
+            sum(range(1000))
+
+    with pytest.raises(KeyboardInterrupt):
+        with sigint_stops_run():
+            obj = Finalized()
+            del obj
+            assert INTERRUPTED.is_set()
+            time.sleep(5)  # the signal comes again, outside the finalizer, and stops the run
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_the_interrupted_line_says_what_was_kept_from_the_saved_state(tmp_path):
+    import json
+
+    from whale_train.train_cli import stopped_message
+
+    state = {"units": 3, "schedule": {"rollouts": 768}, "rsft_steps": 3, "model_version": 3}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    line = stopped_message(tmp_path)
+    assert "kept what was saved: 3 units, 768 rollouts, 3 RSFT steps (model v3)" in line
+    assert "Unit 3 was in progress and is not kept" in line and f"--out {tmp_path} --resume" in line
+    assert "\n" not in line

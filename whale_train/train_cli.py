@@ -160,10 +160,7 @@ def cmd_train(args) -> int:
             with sigint_stops_run():
                 summary = run.run()
         except KeyboardInterrupt:
-            again = f"whale train --out {out} --resume"  # the run's own config.yaml, overrides included
-            raise Interrupted(
-                f"stopped in unit {run.units} ({run.state.rollouts} rollouts done); `{again}` continues it"
-            ) from None
+            raise Interrupted(stopped_message(out)) from None
         except ImportError as exc:  # a tracker asked for in report_to is not installed
             raise CLIError(str(exc)) from None
         except ModelFailure as exc:
@@ -197,6 +194,24 @@ def cmd_train(args) -> int:
         path = write_report([out])
         console.print(f"report: {path}   plots: {path.parent / 'plots'}")
     return 0
+
+
+def stopped_message(out: Path) -> str:
+    """What Ctrl-C kept, read from the run's saved state: the units finished before the one in progress
+    (whose RSFT step or search iteration, even if its line was printed, is redone by --resume)."""
+    again = f"whale train --out {out} --resume"  # the run's own config.yaml, overrides included
+    try:
+        state = json.loads((Path(out) / "state.json").read_text())
+    except (OSError, ValueError):
+        return f"stopped before the first unit was saved; `{again}` starts it again"
+    kept = (
+        f"{state['units']} units, {state['schedule'].get('rollouts', 0)} rollouts, "
+        f"{state.get('rsft_steps', 0)} RSFT steps (model v{state.get('model_version', 0)})"
+    )
+    return (
+        f"stopped; kept what was saved: {kept}. Unit {state['units']} was in progress and is not kept "
+        f"(an RSFT step or search iteration it printed is redone); `{again}` continues from there"
+    )
 
 
 def run_evals(run_dir: Path) -> list[dict[str, Any]]:

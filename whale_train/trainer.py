@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import shutil
 import signal
 import threading
@@ -748,12 +749,25 @@ def stop_if_interrupted() -> None:
         raise KeyboardInterrupt
 
 
+def _in_finalizer(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
 def sigint_stops_run():
-    """While a run trains: Ctrl-C sets ``INTERRUPTED`` and raises KeyboardInterrupt."""
+    """While a run trains: Ctrl-C sets ``INTERRUPTED`` and raises KeyboardInterrupt. Not inside a
+    ``__del__`` (a ``subprocess.Popen`` being collected): raised there, Python prints "Exception ignored
+    in Popen.__del__" with a traceback and drops it; the signal is sent again a moment later instead."""
 
-    def handler(_sig, _frame):
+    def handler(_sig, frame):
         INTERRUPTED.set()
+        if _in_finalizer(frame):
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+            return
         raise KeyboardInterrupt
 
     INTERRUPTED.clear()
