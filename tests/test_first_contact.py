@@ -213,3 +213,39 @@ def test_the_interrupted_line_says_what_was_kept_from_the_saved_state(tmp_path):
     assert "kept what was saved: 3 units, 768 rollouts, 3 RSFT steps (model v3)" in line
     assert "Unit 3 was in progress and is not kept" in line and f"--out {tmp_path} --resume" in line
     assert "\n" not in line
+
+
+# ------------------------------------------------------------------ 5. a harness keeps its name
+
+
+def test_a_users_seed_harness_keeps_its_file_name_in_the_archive(tmp_path):
+    from pathlib import Path
+
+    from tests.test_meta_harness import FAST, MATH, tool_shy_math_model
+    from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
+
+    seed = tmp_path / "my_h0.py"
+    seed.write_text((Path(__file__).parent.parent / "harnesses" / "math" / "h0.py").read_text())
+    search = HarnessSearch(MetaHarnessConfig(**FAST), tmp_path / "a", tool_shy_math_model(), MATH)
+    assert search.seed_id == "h0"
+    from harnesses.loader import load_harness
+
+    other = HarnessSearch(
+        MetaHarnessConfig(**FAST),
+        tmp_path / "b",
+        tool_shy_math_model(),
+        MATH,
+        seed_harness=load_harness(str(seed)),
+    )
+    assert other.seed_id == "my_h0"  # was "seed", shown as `seed (seed)`
+
+
+@pytest.mark.slow
+def test_evaluation_labels_name_the_seed_the_same_before_and_after_a_harness_phase(tmp_path):
+    from whale_train.trainer import Run, TrainConfig
+
+    lines: list[str] = []
+    Run(TrainConfig.load("smoke"), tmp_path / "run", log=lines.append).run()
+    evals = [line for line in lines if "test mean@" in line]
+    assert any("harness" in line for line in lines if line.startswith("→")), lines  # a harness phase ran
+    assert len(evals) >= 2 and all("math/h0" in line for line in evals), evals

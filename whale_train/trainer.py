@@ -372,6 +372,14 @@ class Run:
                 self.rsft.trainer = distributed.DistributedUpdater(self.rsft.trainer)
         return self.rsft
 
+    @property
+    def harness_label(self) -> str:
+        """The harness as the log shows it: the seed keeps the name it was given (``math/h0``) after the
+        search copies it into its archive (as ``h0``); a candidate is its archive id."""
+        if self.search is not None and self.harness.name == getattr(self.search, "seed_id", None):
+            return self.config.harness_name
+        return self.harness.name
+
     def _search(self) -> HarnessPhase:
         if self.search is None:
             self.search = make_harness_phase(self.config, self.dir, self.llm)
@@ -491,7 +499,7 @@ class Run:
         )
         self.log(
             f"  test mean@{e.k} = {100 * result['mean']:.1f}% ± {100 * result['se']:.1f} (model v{version}, "
-            f"{self.harness.name}{', cached' if hit else ''})"
+            f"{self.harness_label}{', cached' if hit else ''})"
         )
         for name, err in result["errors"].items():
             self.log(
@@ -533,7 +541,7 @@ class Run:
             trusted=self.harness.shipped,
         )
         show = self.progress or _no_progress
-        with show(f"test mean@{e.k}: {self.harness.name}, model v{version}", len(ids) * e.k) as advance:
+        with show(f"test mean@{e.k}: {self.harness_label}, model v{version}", len(ids) * e.k) as advance:
             trajs = run_rollouts(
                 self.harness,
                 self.config.env,

@@ -218,7 +218,7 @@ class HarnessSearch:
         ids = list(env.task_ids)
         rng = random.Random(f"tasks/{self.config.seed}")
         task_ids = sorted(rng.sample(ids, min(self.config.harness_tasks, len(ids))))
-        seed_id = seed.name.rsplit("/", 1)[-1] if seed.shipped else "seed"  # e.g. "h0"
+        seed_id = Path(seed.name).stem  # math/h0 -> h0, a user's file my_env/h0.py -> h0
         if not SAFE_ID.match(seed_id) or parse_candidate_id(seed_id) or seed_id == SEARCH_DIR:
             seed_id = "seed"
         library = library_for(domain_for(self.env_id), seed.source)
