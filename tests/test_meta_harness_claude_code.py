@@ -216,12 +216,14 @@ def test_claude_code_writes_a_candidate_in_the_jail_and_every_escape_fails(insta
         [
             bash("python p1.py; python p2.py; python p3.py"),
             bash(f"touch /archive/h0/pwned {out}/archive/h0/pwned; echo rc=$?"),
+            bash("cat /archive/h0/no-such-file"),  # a command that fails: counted in runs_failed
         ],
         [
             ("Write", {"file_path": "/sandbox/scratch/candidates/1.py", "content": GOOD}),
             ("Write", {"file_path": "/sandbox/scratch/candidates/1.json", "content": json.dumps({"hypothesis": "the tool offer distracts", "axis": "context"})}),
             ("Write", {"file_path": "/sandbox/scratch/NOTES.md", "content": "tried NoTool\n"}),
         ],
+        [bash("python -c \"from harnesses.loader import harness_from_source as h; h(open('candidates/1.py').read(), 'x')\" && echo rules-ok")],
         "The candidate and the notes are written.",
     ]  # fmt: skip
     try:
@@ -234,7 +236,7 @@ def test_claude_code_writes_a_candidate_in_the_jail_and_every_escape_fails(insta
         server.close()
     assert not server.refusals, server.refusals
     agent = [(i, r) for i, r in enumerate(server.requests, 1) if r.get("tools")]
-    assert len(agent) == 4 and all(r["stream"] is True for _, r in agent)  # the CLI streams
+    assert len(agent) == 5 and all(r["stream"] is True for _, r in agent)  # the CLI streams
     assert {"Bash", "Write", "Read"} <= {t["name"] for t in agent[0][1]["tools"]}
     assert all(h["host"] == f"127.0.0.1:{server.port}" for h in server.headers)  # set by the relay
     n1, n2 = agent[0][0], agent[1][0]
@@ -268,15 +270,12 @@ def test_claude_code_writes_a_candidate_in_the_jail_and_every_escape_fails(insta
         and "class NoTool" in (out / "archive" / "i001-c0" / "harness.py").read_text()
     )
     usage = record["proposer_usage"]
-    assert usage["requests"] == len(server.requests) == 4 and usage["turns"] >= 4  # the CLI counts its own
-    assert (
-        usage["tool_calls"] == 11
-        and usage["runs"] == 5
-        and usage["tool_write"] == 6
-        and usage["tool_bash"] == 5
-    )
+    assert usage["requests"] == len(server.requests) == 5 and usage["turns"] >= 5  # the CLI counts its own
+    assert usage["tool_calls"] == 13 and usage["tool_write"] == 6 and usage["tool_bash"] == usage["runs"] == 7
+    assert usage["runs_failed"] == 1 and "No such file" in server.result(n2, 2)
     assert usage["relay_refused"] >= 1 and usage["wall_seconds"] > 0
-    assert usage["prompt_tokens"] >= 4 * USAGE_IN and usage["completion_tokens"] >= 4 * USAGE_OUT
+    assert usage["prompt_tokens"] == 5 * USAGE_IN and usage["completion_tokens"] == 5 * USAGE_OUT
+    assert server.result(agent[3][0], 0).strip() == "rules-ok"  # the rule check SKILL.md names works
     expected = (usage["prompt_tokens"] * 3 + usage["completion_tokens"] * 15) / 1e6
     assert usage["cost_usd"] == pytest.approx(expected, abs=1e-6) and usage["cli_cost_usd"] > 0
     assert (out / "archive" / "search" / "notes" / "001.md").read_text() == "tried NoTool\n"
