@@ -33,7 +33,9 @@ usual validation). ``NOTES.md`` from the workspace is kept as ``search/notes/<it
 Measured per iteration (the iteration record's ``proposer_usage``, shown by ``whale lineage``): the API
 requests the relay forwarded (``requests``), the CLI's turns, tool calls by tool, Bash commands
 (``runs``, ``runs_failed``), tokens and cost (from the CLI's result: with ``llm_price_*`` set the cost is
-computed from the tokens at those prices, else the CLI's own ``total_cost_usd``), wall seconds. The CLI
+computed from the tokens at those prices, else the CLI's own ``total_cost_usd``), wall seconds. The
+request count is the relay's (outside the jail); turns, tools and tokens are read by the launcher from
+the CLI's own stream inside the jail, so a hostile session could misstate them. The CLI
 is pinned (``make install-claude-code``, :data:`PINNED_VERSION`); it runs on Node >= 20 (the jail
 needs ``--disable-wasm-trap-handler``).
 
