@@ -90,6 +90,12 @@ SOLVER_ALPHA = 0.01
 #: Tasks of a check by default (``whale check --n-tasks``): a solver at 3x the chance level is caught
 #: with probability >= 0.9 where chance is 2 % or more, at 6x with >= 0.99 (docs/HARNESSES.md).
 CHECK_TASKS = 400
+#: The other-task stand-in is held to this many times the chance level: a real model that answers
+#: another task's prompt still knows which of *this* task's options look good in general (a queen move
+#: that gives check), so an honest harness that asks it to choose among them beats chance (measured:
+#: 2.2x with the tiny model and ``chess_puzzles/choose``); a solver hiding behind a real-model tell
+#: solves far more.
+OTHER_TASK_FACTOR = 3.0
 #: The chance level the test assumes is at least this: a few lucky tasks of a near-zero-chance env (a
 #: plausible answer that happens to be right) are not a solver.
 CHANCE_FLOOR = 0.01
@@ -250,7 +256,8 @@ def check_harness(
         _episode_problems(trajs, mode, report)
         report.null_scores[mode] = sum(t.solved for t in trajs) / max(1, len(trajs))
         n, hits = len(trajs), sum(bool(t.solved) for t in trajs)
-        p_value = binomial_tail(n, hits, q)
+        level = min(1.0, OTHER_TASK_FACTOR * q) if isinstance(model, OtherTaskReal) else q
+        p_value = binomial_tail(n, hits, level)
         if not hits or p_value >= alpha:
             continue
         # Above chance: do its actions solve *their own* task more often than other tasks?
@@ -258,8 +265,8 @@ def check_harness(
         p_own = own_task_tail(solved)
         if p_own < alpha:
             report.problems.append(
-                f"solver: with the {mode} stand-in model it solves {hits} of {n} tasks; random actions "
-                f"(chance level {report.chance:.3f}) would do that with probability {p_value:.1e}, and "
+                f"solver: with the {mode} stand-in model it solves {hits} of {n} tasks; at a success "
+                f"rate of {level:.3f} (chance level {report.chance:.3f}) that has probability {p_value:.1e}, and "
                 f"its actions solve other tasks {sum(sum(r) for _, r in solved)} times in "
                 f"{sum(len(r) for _, r in solved)} replays: its own task that often has probability "
                 f"{p_own:.1e} (both < {alpha:.1e}): the harness solves tasks without the model"
