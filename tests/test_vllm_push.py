@@ -174,3 +174,19 @@ def test_an_over_long_prompt_is_cut_like_the_transformers_backend_cuts_it(vllm):
     hf = TransformersLLM(str(SHIPPED_MODEL))
     hf.max_positions = 64
     assert hf.complete([Request(long, params)])[0].prompt_ids == outs[1].prompt_ids
+
+
+def test_whale_eval_passes_backend_options_to_the_engine(vllm, capsys, tmp_path):
+    from whale_train.cli import main
+
+    base = ["eval", "--env", "whale/Math-v0", "--harness", "math/h0", "--backend", "vllm", "--limit", "1"]
+    base += ["--k", "1", "--trusted", "--out", str(tmp_path)]
+    assert main([*base, "--backend-option", "no_such_setting=1"]) == 2  # vLLM's EngineArgs refuses it
+    err = capsys.readouterr().err
+    assert "no_such_setting" in err and "Traceback" not in err
+    assert main(
+        [*base, "--backend-option", "max_model_len=96", "--backend-option", "enforce_eager=true"]
+    ) in (0, 1)
+    engine = fake_vllm.LLM.instances[-1]
+    assert engine.model_config.max_model_len == 96
+    assert (tmp_path / "results.json").exists()
