@@ -111,7 +111,7 @@ class Chooser(Harness):
         return info["options"][llm.choose(prompt, info["options"])]
 """
 SCRIPT = [
-    {"tool_calls": [tool_call(1, "read_file", path="seed/harness.py")]},
+    {"tool_calls": [tool_call(1, "read_file", path="h0/harness.py")]},
     {
         "content": f"Hypothesis: choosing among the listed options never wastes a turn.\n```python\n{CHOOSER}```\n"
     },

@@ -63,7 +63,9 @@ def cmd_envs(args: argparse.Namespace) -> int:
     _import_modules(args.imports)
     user = {  # what the --import modules registered, named as the commands take them: module:EnvId
         f"{_module_of(env_id, args.imports)}:{env_id}": env_id
-        for env_id in sorted(set(gym.registry) - before)
+        for env_id in sorted(gym.registry)
+        if env_id not in whale_envs.ENVS
+        and (env_id not in before or _entry_module(env_id).startswith(tuple(args.imports)))
     }
     table = Table(title="WHALE environments" + ("" if args.sizes else " (split sizes: --sizes)"))
     table.add_column("env id", no_wrap=True)  # ids are never cut
@@ -93,10 +95,14 @@ def cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _entry_module(env_id: str) -> str:
+    entry = gym.spec(env_id).entry_point
+    return entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+
+
 def _module_of(env_id: str, modules: Sequence[str]) -> str:
     """The --import module that registered ``env_id`` (the entry point's module when it is one of them)."""
-    entry = gym.spec(env_id).entry_point
-    name = entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+    name = _entry_module(env_id)
     return next(
         (m for m in modules if name == m or name.startswith(m + ".")), modules[-1] if modules else name
     )
