@@ -13,6 +13,8 @@ Contract of every subclass (checked by the tests for every registered env):
   truncates it.
 * Answers never appear in an observation or ``info`` before the episode ends. At the end ``info``
   carries ``solved`` and the domain's answer fields.
+* An ``info`` key keeps one kind of value in every step (a dict-valued key is ``{}``, never None, when
+  empty): ``gym.make_vec`` merges the infos of its envs key by key and cannot merge None with a dict.
 
 A subclass implements ``_start(task)``, ``_apply(action)`` (raise ``ActionError`` for a bad action,
 before changing any state), ``_observe()`` and ``_public_info()``, and optionally ``_final_info()``
