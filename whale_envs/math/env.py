@@ -202,9 +202,8 @@ class MathEnv(TextEnv[MathProblem]):
             "tool_calls_used": self.tool_calls,
             "tool_calls_left": self.max_tool_calls - self.tool_calls,
             "max_tool_calls": self.max_tool_calls,
-            "last_tool": dict(self.last_tool)
-            if self.last_tool
-            else {},  # {}, not None: vector envs merge dicts
+            # {} before the first call, not None: gym.make_vec merges the infos of its envs key by key
+            "last_tool": dict(self.last_tool) if self.last_tool else {},
             **meta,
         }
 
