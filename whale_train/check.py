@@ -93,9 +93,9 @@ CHECK_TASKS = 400
 #: The other-task stand-in is held to this many times the chance level: a real model that answers
 #: another task's prompt still knows which of *this* task's options look good in general (a queen move
 #: that gives check), so an honest harness that asks it to choose among them beats chance (measured:
-#: 2.2x with the tiny model and ``chess_puzzles/choose``); a solver hiding behind a real-model tell
-#: solves far more.
-OTHER_TASK_FACTOR = 3.0
+#: 3.7x on 400 tasks with the tiny model and ``chess_puzzles/choose``); a solver hiding behind a
+#: real-model tell solves far more.
+OTHER_TASK_FACTOR = 4.0
 #: The chance level the test assumes is at least this: a few lucky tasks of a near-zero-chance env (a
 #: plausible answer that happens to be right) are not a solver.
 CHANCE_FLOOR = 0.01
