@@ -4,6 +4,9 @@
   raw ``vllm.LLM.generate`` of the very same calls (every episode's i-th call in one batch, the same
   token ids and sampling parameters): the overhead of the harness loop, the batcher and the env
   (target: at most 1.3x);
+- async vs barrier: the same rollouts (math h0, search QA follow_up) on the async engine
+  (``continuous=True``, requests go to the engine as each episode makes them) against the in-process
+  engine behind the batcher's turn barrier;
 - push: seconds per MB of ``load_weights`` (the safetensors file in shared memory and the workers'
   ``reload_weights``), in-process.
 
@@ -100,3 +103,32 @@ def test_push_seconds_per_megabyte(llm):
         f"\npush: {mb:.1f} MB in a median {statistics.median(times):.3f} s = {per_mb * 1000:.1f} ms/MB ({times})"
     )
     assert per_mb > 0
+
+
+@pytest.mark.parametrize(
+    ("env", "harness"), [("whale/Math-v0", "math/h0"), ("whale/SearchQA-v0", "search_qa/follow_up")]
+)
+def test_the_async_engine_against_the_turn_barrier(llm, env, harness):
+    from whale_train.llm.vllm_backend import VLLMLLM
+
+    cont = VLLMLLM(
+        str(SHIPPED_MODEL), continuous=True, dtype="float32", max_model_len=2048, enforce_eager=True
+    )
+    try:
+        ids = gym.make(env).unwrapped.task_ids[:32]
+        config = RolloutConfig(k=1, concurrency=32, trusted=True, seed=0)
+        ref = load_harness(harness)
+        for backend in (llm, cont):  # warm-up
+            run_rollouts(ref, env, backend, ids[:2], config=config)
+        times: dict[str, list[float]] = {"barrier": [], "async": []}
+        for _ in range(3):
+            for name, backend in (("barrier", llm), ("async", cont)):
+                start = time.perf_counter()
+                trajs = run_rollouts(ref, env, backend, ids, config=config)
+                times[name].append(time.perf_counter() - start)
+                assert len(trajs) == len(ids)
+        ratio = statistics.median(times["async"]) / statistics.median(times["barrier"])
+        print(f"\n{env} {harness}: async / barrier {ratio:.2f}x ({times})")
+        assert ratio > 0
+    finally:
+        cont.close()

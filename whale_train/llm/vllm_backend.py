@@ -364,9 +364,24 @@ class VLLMLLM(TokenizerPrompts):
         self._closed = True
         atexit.unregister(self.close)
         if self.continuous:
+            # The output handler (a task of our loop) first, so that it does not see the core go away
+            # and log a failure; then the core; then the loop. The engine object is dropped now: its
+            # __del__ shuts down again, which fails once the interpreter is tearing down.
+            handler = getattr(self.engine, "output_handler", None)
+            if handler is not None and self._loop is not None:
+
+                async def cancel() -> None:
+                    handler.cancel()
+                    await asyncio.gather(handler, return_exceptions=True)
+
+                self._on_loop(cancel())
             self.engine.shutdown()
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._loop.stop)
+            self.engine = None
+            import gc
+
+            gc.collect()
         else:
             core = getattr(self.engine.llm_engine, "engine_core", None)
             if core is not None:
