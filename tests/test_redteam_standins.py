@@ -97,6 +97,13 @@ def test_whale_check_runs_the_model_stand_in_and_catches_the_chat_flag_solver(tm
     assert "solver: with the other-task stand-in" in out, out  # the model-based stand-in ran
 
 
+def test_whale_check_without_a_model_runs_both_chat_flags(capsys):
+    args = ["check", "--env", ENV, "--tasks", KWARGS["tasks"], "--harness", "math/h0", "--no-model"]
+    assert main([*args, "--n-tasks", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "plausible 0.00" in out and "plausible (chat) 0.00" in out and "other-task" not in out, out
+
+
 def test_a_solver_gated_on_temperature_0_determinism_is_caught():
     """A real model is greedy at temperature 0: the same prompt twice gives the same text."""
     tell = (
