@@ -205,13 +205,17 @@ def test_a_short_whale_train_on_the_vllm_backend_samples_with_what_it_trained(
     )
 
 
-@pytest.mark.parametrize("mode", ["multiprocess", "continuous"])
-def test_push_parity_with_the_engine_core_in_another_process(model_dir, mode):
-    # How vLLM runs by default on a GPU (multiprocess), and the async engine: tensors cannot cross
-    # vLLM's RPC, a file path can.
+@pytest.mark.parametrize("mode", ["multiprocess", "continuous", "tensor_parallel"])
+def test_push_parity_with_the_engine_core_in_another_process(model_dir, mode, monkeypatch):
+    # How vLLM runs by default on a GPU (multiprocess), the async engine, and two tensor-parallel
+    # workers (each loads its shard from the same file): tensors cannot cross vLLM's RPC, a path can.
     from whale_train.llm.vllm_backend import VLLMLLM
 
-    llm = VLLMLLM(model_dir, **{mode: True}, **ENGINE)
+    options: dict = {mode: True}
+    if mode == "tensor_parallel":  # the CPU build binds each worker's threads to cores: one core each
+        monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+        options = {"multiprocess": True, "tensor_parallel_size": 2}
+    llm = VLLMLLM(model_dir, **options, **ENGINE)
     try:
         assert not hasattr(llm.engine, "llm_engine") or not hasattr(llm.engine.llm_engine, "model_executor")
         push_round_trip(llm, model_dir)
