@@ -31,13 +31,16 @@ def fresh_model_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def hub_qwen3_5(tmp_path_factory) -> str:
     """A tiny random Qwen3.5 saved as the hub checkpoints are (Qwen3_5ForConditionalGeneration,
-    ``model.language_model.*``), with the shipped model's tokenizer. Read only: copy it to change it."""
+    ``model.language_model.*``, the image processor's ``preprocessor_config.json``), with the shipped
+    model's tokenizer. Read only: copy it to change it."""
     from transformers import AutoTokenizer
 
     from whale_train.llm import SHIPPED_MODEL
-    from whale_train.tiny import build_qwen3_5, save
+    from whale_train.tiny import build_qwen3_5, save, save_qwen3_5_processor
 
     tok = AutoTokenizer.from_pretrained(SHIPPED_MODEL)
     path = tmp_path_factory.mktemp("hub-qwen3_5")
-    save(build_qwen3_5(tok, seed=0, hub_layout=True), tok, path)
+    model = build_qwen3_5(tok, seed=0, hub_layout=True)
+    save(model, tok, path)
+    save_qwen3_5_processor(path, model)  # the hub checkpoints' preprocessor_config.json
     return str(path)

@@ -267,3 +267,16 @@ def test_the_device_check_parses_and_refuses_to_run_without_a_gpu():
             text=True,
         )
         assert done.returncode == 3 and "no CUDA GPU here" in done.stderr
+
+
+def test_the_hub_qwen3_5_fixture_ships_the_processor_config_a_hub_checkpoint_has(hub_qwen3_5):
+    """vLLM refused the fixture without it; transformers' own loader reads it and it fits the vision tower."""
+    from transformers import AutoConfig, AutoImageProcessor
+
+    config = AutoConfig.from_pretrained(hub_qwen3_5)
+    processor = AutoImageProcessor.from_pretrained(hub_qwen3_5)
+    assert processor.patch_size == config.vision_config.patch_size
+    assert processor.merge_size == config.vision_config.spatial_merge_size
+    assert json.loads((Path(hub_qwen3_5) / "preprocessor_config.json").read_text())["processor_class"] == (
+        "Qwen3VLProcessor"
+    )

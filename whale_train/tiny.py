@@ -122,6 +122,29 @@ QWEN3_5_TINY = {
 }
 
 
+def save_qwen3_5_processor(out: str | Path, model) -> Path:
+    """Write the image processor config a hub Qwen3.5 checkpoint ships beside its weights
+    (``preprocessor_config.json``, matching the model's vision tower): vLLM and ``AutoProcessor`` read it
+    when they load a ``Qwen3_5ForConditionalGeneration``. Written by transformers' own class (its PIL
+    variant: the default one needs torchvision), under the names the hub files use."""
+    import json
+
+    from transformers import Qwen2VLImageProcessorPil
+
+    vision = model.config.vision_config
+    processor = Qwen2VLImageProcessorPil(
+        patch_size=vision.patch_size,
+        temporal_patch_size=vision.temporal_patch_size,
+        merge_size=vision.spatial_merge_size,
+    )
+    processor.save_pretrained(out)
+    path = Path(out) / "preprocessor_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config.update(image_processor_type="Qwen2VLImageProcessor", processor_class="Qwen3VLProcessor")
+    path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
 def build_qwen3_5(tokenizer, seed: int = 0, *, hub_layout: bool = False, max_positions: int = 2048):
     """A freshly initialized tiny Qwen3.5 for ``tokenizer``: real transformers classes at toy size, for
     CPU tests of the architecture the GPU configs train.
