@@ -551,23 +551,7 @@ def spawn_python(code: str, limits: Limits | None = None) -> SandboxProcess:
     if problem:
         raise IsolationUnavailable(problem)
     tmp, cfg = _prepare(code, limits, isolation)
-    stderr_file = open(tmp / "stderr.log", "wb")  # noqa: SIM115 - closed by SandboxProcess.close
-    try:
-        proc = _popen(
-            tmp,
-            cfg,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr_file,
-            text=True,
-            encoding="utf-8",
-            bufsize=1,
-        )
-    except OSError as exc:
-        stderr_file.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise RuntimeError(f"cannot start the interpreter: {exc}") from None
-    return SandboxProcess(proc, tmp, cfg["uid"], isolation, stderr_file)
+    return _start_program(tmp, cfg, isolation)
 
 
 def spawn_jailed(
@@ -595,6 +579,11 @@ def spawn_jailed(
         cfg["symlinks"].append((link.rstrip("/"), os.path.realpath(host)))
     cfg["hide"] = [h for h in _hidden_dirs() if any(h.startswith(b + "/") for b in cfg["ro_binds"])]
     cfg["env"].update(env or {})
+    return _start_program(tmp, cfg, "namespaces")
+
+
+def _start_program(tmp: Path, cfg: dict, isolation: str) -> SandboxProcess:
+    """Start the prepared jail as a long-running program with text pipes (spawn_python, spawn_jailed)."""
     stderr_file = open(tmp / "stderr.log", "wb")  # noqa: SIM115 - closed by SandboxProcess.close
     try:
         proc = _popen(
@@ -611,7 +600,7 @@ def spawn_jailed(
         stderr_file.close()
         shutil.rmtree(tmp, ignore_errors=True)
         raise RuntimeError(f"cannot start the interpreter: {exc}") from None
-    return SandboxProcess(proc, tmp, cfg["uid"], "namespaces", stderr_file)
+    return SandboxProcess(proc, tmp, cfg["uid"], isolation, stderr_file)
 
 
 # ------------------------------------------------------------------------------------ fork server

