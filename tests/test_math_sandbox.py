@@ -19,6 +19,7 @@ from harnesses.worker import _parent
 from tests.procs import proc_files
 from tests.sandbox_script import LOAD_SANDBOX
 from whale_envs.math import MathEnv, MathProblem
+from whale_envs.math.verify import _HELPER
 from whale_envs.sandbox import Limits, kill_tree, run_python
 from whale_envs.tasks import ListSource, Task
 
@@ -42,11 +43,29 @@ def _ours_or_orphaned(pid: int) -> bool:
     return False
 
 
+def _verifier_helper_uid() -> int | None:
+    """The jail uid of the math verifier's sandboxed helper, which lives as long as this process."""
+    proc = _HELPER._proc
+    return None if proc is None or proc.poll() is not None else proc._uid
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("Uid:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
 def leftover(marker: str | None = None) -> list[int]:
     """Pids of processes that a sandboxed run of this test may have left: the sandbox interpreter's own
-    command line (``python -S -B -u main.py``) or one that carries ``marker``."""
+    command line (``python -S -B -u main.py``) or one that carries ``marker``. The verifier's helper
+    (the same command line, kept on purpose for the process's life) is not a leftover."""
     found = []
+    helper = _verifier_helper_uid()
     for pid, cmdline in proc_files("cmdline"):
+        if helper is not None and _uid(pid) == helper:
+            continue
         argv = cmdline.split(b"\0")
         if marker and marker.encode() in b" ".join(argv):
             found.append(pid)
