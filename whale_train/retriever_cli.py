@@ -19,7 +19,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "retriever",
         help="build a dense passage index; serve BM25 or dense retrieval in Search-R1's API",
-        description=__doc__.split("\n\n")[0],
+        description=__doc__.split("\n\n")[0].replace("``", ""),
     )
     sub = p.add_subparsers(dest="retriever_command", metavar="ACTION", required=True)
 
