@@ -414,7 +414,7 @@ class ClaudeCodeProposer:
         jail.put("SKILL.md", self.skill(ctx))
         jail.put(".whale-launch.py", LAUNCHER)
         prompt = (
-            f"{self._skill_task(ctx)}\nYour instructions are in SKILL.md (read it first). Write "
+            f"{ctx.standing()}\nYour instructions are in SKILL.md (read it first). Write "
             f"{len(ctx.slots)} candidate(s) as candidates/<k>.py and candidates/<k>.json, and NOTES.md."
         )
         # Node reserves ~10 GB of address space per WebAssembly memory for its trap handler (the HTTP
@@ -445,19 +445,6 @@ class ClaudeCodeProposer:
                 except ValueError:
                     continue
         return SessionResult(summary, result.output, result.limit, result.error)
-
-    def _skill_task(self, ctx: ProposalContext) -> str:
-        rows = []
-        for cand in ctx.archive.candidates():
-            rec = cand.eval(ctx.model_version)
-            score = f"{100 * rec['mean']:.1f}%" if rec else "-"
-            rows.append(
-                f"  {cand.id}: {cand.meta.get('status')}, {score}, parents {cand.meta.get('parents')}"
-            )
-        return (
-            f"Iteration {ctx.iteration}. The incumbent is {ctx.incumbent}; the frontier is {ctx.frontier}. "
-            f"Scores under model v{ctx.model_version} on the search split:\n" + "\n".join(rows)
-        )
 
     def _pick_up(self, ctx: ProposalContext, jail: ProposerJail) -> tuple[list[Proposal], list[str]]:
         """The candidates the CLI wrote (the agent proposer's submission rule check on each)."""

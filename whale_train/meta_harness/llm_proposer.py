@@ -310,17 +310,7 @@ class LLMProposer:
         )
 
     def _task(self, ctx: ProposalContext) -> str:
-        rows = []
-        for cand in ctx.archive.candidates():
-            meta = cand.meta
-            rec = cand.eval(ctx.model_version)
-            score = f"{100 * rec['mean']:.1f}% ({rec['calls_per_episode']:.1f} calls/episode)" if rec else "-"
-            rows.append(f"  {cand.id}: {meta.get('status')}, {score}, parents {meta.get('parents')}")
-        return (
-            f"Iteration {ctx.iteration}. The incumbent is {ctx.incumbent}; the frontier is {ctx.frontier}. "
-            f"Scores under model v{ctx.model_version} on the search split:\n" + "\n".join(rows) + "\n"
-            f"Propose {len(ctx.slots)} candidate(s), each a different mechanism."
-        )
+        return ctx.standing() + f"\nPropose {len(ctx.slots)} candidate(s), each a different mechanism."
 
     # ------------------------------------------------------------------ HTTP
 

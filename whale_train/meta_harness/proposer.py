@@ -45,6 +45,20 @@ class ProposalContext:
         """``cid``'s eval record at the current model version (None if not scored under it)."""
         return self.archive.get(cid).eval(self.model_version) if cid in self.archive else None
 
+    def standing(self) -> str:
+        """Where the search stands, for a proposer's task message: the iteration, the incumbent, the
+        frontier and every candidate's status, score and parents under the current model."""
+        rows = []
+        for cand in self.archive.candidates():
+            meta = cand.meta
+            rec = cand.eval(self.model_version)
+            score = f"{100 * rec['mean']:.1f}% ({rec['calls_per_episode']:.1f} calls/episode)" if rec else "-"
+            rows.append(f"  {cand.id}: {meta.get('status')}, {score}, parents {meta.get('parents')}")
+        return (
+            f"Iteration {self.iteration}. The incumbent is {self.incumbent}; the frontier is {self.frontier}. "
+            f"Scores under model v{self.model_version} on the search split:\n" + "\n".join(rows)
+        )
+
 
 @dataclass
 class Proposal:
