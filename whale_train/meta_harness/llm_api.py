@@ -98,10 +98,8 @@ def _arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     return value, None
 
 
-class OpenAIChat:
-    """The OpenAI-compatible chat API (``base_url`` ends in ``/v1``)."""
-
-    name = "openai"
+class _HTTPChat:
+    """What both APIs are configured with: the server, the model, the key and the request settings."""
 
     def __init__(
         self,
@@ -121,6 +119,12 @@ class OpenAIChat:
         self.max_tokens = max_tokens
         self.timeout = timeout
         self.retries = retries
+
+
+class OpenAIChat(_HTTPChat):
+    """The OpenAI-compatible chat API (``base_url`` ends in ``/v1``)."""
+
+    name = "openai"
 
     def messages(self, conversation: Conversation) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = [{"role": "system", "content": conversation.system}]
@@ -180,30 +184,15 @@ class OpenAIChat:
         )
 
 
-class AnthropicChat:
+class AnthropicChat(_HTTPChat):
     """Anthropic's Messages API (``base_url`` without ``/v1``, e.g. ``https://api.anthropic.com``)."""
 
     name = "anthropic"
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key: str = "",
-        *,
-        temperature: float = 0.7,
-        max_tokens: int = 4096,
-        timeout: float = 300.0,
-        retries: int = 3,
-    ):
-        base = base_url.rstrip("/")
-        self.base_url = base[: -len("/v1")] if base.endswith("/v1") else base
-        self.model = model
-        self.api_key = api_key
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.timeout = timeout
-        self.retries = retries
+    def __init__(self, base_url: str, model: str, api_key: str = "", **settings: Any):
+        super().__init__(base_url, model, api_key, **settings)
+        if self.base_url.endswith("/v1"):
+            self.base_url = self.base_url[: -len("/v1")]
 
     def messages(self, conversation: Conversation) -> list[dict[str, Any]]:
         """User and assistant turns alternate: tool results and a following user text share a turn."""
