@@ -248,3 +248,105 @@ def test_eval_reports_each_data_source_and_takes_env_options(tmp_path, fresh_mod
     assert "data source average" in capsys.readouterr().out
     assert main([*argv[:-4], "--env-option", "verifier"]) == 2
     assert "expected KEY=VALUE" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ datasets in the Hugging Face cache
+
+
+def put_in_datasets_cache(cache, repo_id, splits, config="default"):
+    """Prepare ``splits`` ({split: rows}) in the ``datasets`` cache ``cache`` as ``load_dataset(repo_id)``
+    leaves it after a download: the packaged parquet builder writes the arrow files and dataset_info.json,
+    under ``ORG___name/CONFIG/VERSION/HASH/`` (the folder its ``cache`` builder reloads offline)."""
+    import shutil
+
+    from datasets.naming import camelcase_to_snakecase
+    from datasets.packaged_modules.parquet.parquet import Parquet
+
+    org, name = repo_id.split("/")
+    snake = camelcase_to_snakecase(name)
+    raw = cache.parent / f"raw-{snake}-{config}"
+    raw.mkdir(parents=True)
+    files = {s: [write_parquet(raw / f"{s}.parquet", rows)] for s, rows in splits.items()}
+    builder = Parquet(cache_dir=str(raw / "build"), dataset_name=snake, data_files=files, hash="0123abcd")
+    builder.download_and_prepare()
+    target = cache / f"{org}___{snake}" / config / "0.0.0" / "0123abcd"
+    shutil.copytree(builder.cache_dir, target)
+    info = json.loads((target / "dataset_info.json").read_text())
+    (target / "dataset_info.json").write_text(json.dumps({**info, "config_name": config}))
+
+
+def put_in_hub_cache(hub, repo_id, splits, revision="5f3c0ffee"):
+    """The hub file cache as ``huggingface-cli download --repo-type dataset repo_id`` fills it."""
+    repo = hub / ("datasets--" + repo_id.replace("/", "--"))
+    data = repo / "snapshots" / revision / "data"
+    data.mkdir(parents=True)
+    for split, rows in splits.items():
+        write_parquet(data / f"{split}-00000-of-00001.parquet", rows)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+
+
+@pytest.fixture
+def hf_home(tmp_path, monkeypatch):
+    """An empty HF_HOME for the test; online mode as a user's shell has it (the loader must force offline)."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    home = tmp_path / "hf"
+    for var in ("HF_DATASETS_CACHE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    calls = []
+    import huggingface_hub
+
+    for method in ("hf_hub_download", "dataset_info", "list_repo_tree", "snapshot_download"):
+        monkeypatch.setattr(huggingface_hub.HfApi, method, lambda *a, _m=method, **k: calls.append(_m))
+    yield home
+    assert calls == [], f"the hub was asked: {calls}"
+
+
+def test_hub_names_load_offline_from_the_datasets_cache_for_every_kind(hf_home):
+    cache = hf_home / "datasets"
+    put_in_datasets_cache(cache, "BytedTsinghua-SIA/DAPO-Math-17k", {"train": dapo_rows(2)})
+    aime = [{"id": 60, "problem": "Find 2+2.", "answer": "4", "year": 2025}]
+    put_in_datasets_cache(cache, "math-ai/aime25", {"test": aime})
+    put_in_datasets_cache(cache, "PeterJinGo/nq_hotpotqa_train", {"train": searchr1_rows()[:2]})
+    put_in_datasets_cache(cache, "PeterJinGo/nq_hotpotqa_train", {"test": searchr1_rows()[2:]}, config="eval")
+    puzzles = [dict(zip(HEADER, [*p[:4], 80, 95, 1000, p[4].split(), "", ""], strict=True)) for p in PUZZLES]
+    put_in_datasets_cache(cache, "Lichess/chess-puzzles", {"train": puzzles})
+
+    dapo = make_source("math", "dapo:hf://BytedTsinghua-SIA/DAPO-Math-17k:train")
+    assert list(dapo.ids()) == ["uuid-0", "uuid-1", "uuid-2"]  # deduplicated as from a file
+    assert dapo.get("uuid-2").payload.question == "Compute 7*6."
+    assert make_source("math", "verl:hf://BytedTsinghua-SIA/DAPO-Math-17k").ids()[-1] == "verl-6"
+    assert make_source("math", "aime:hf://math-ai/aime25").get("aime2025-60").payload.answer == "4"
+    url = "retriever=http://127.0.0.1:9/retrieve"
+    train = make_source("search", f"searchr1:hf://PeterJinGo/nq_hotpotqa_train/default?{url}")
+    assert list(train.ids()) == ["nq-train_0", "nq-train_1"]
+    test = make_source("search", f"searchr1:hf://PeterJinGo/nq_hotpotqa_train/eval:test?{url}")
+    assert list(test.ids()) == ["hotpotqa-train_0", "bamboogle-train_1"]
+    chess = make_source("chess", "lichess:hf://Lichess/chess-puzzles?max_plies=3")
+    assert list(chess.ids()) == ["p1", "p3"]
+
+
+def test_hub_names_load_from_the_hub_file_cache(hf_home):
+    put_in_hub_cache(hf_home / "hub", "BytedTsinghua-SIA/DAPO-Math-17k", {"train": dapo_rows(1)})
+    src = make_source("math", "dapo:hf://BytedTsinghua-SIA/DAPO-Math-17k")
+    assert [src.get(i).payload.answer for i in src.ids()] == ["5", "5", "42"]
+
+
+def test_hub_name_errors_are_one_line_and_name_the_dataset(hf_home):
+    with pytest.raises(TaskSourceError) as missing:
+        make_source("math", "dapo:hf://BytedTsinghua-SIA/DAPO-Math-17k:train")
+    msg = str(missing.value)
+    assert "\n" not in msg and msg.startswith("dapo: hf://BytedTsinghua-SIA/DAPO-Math-17k:train: not in")
+    assert f"HF_HOME={hf_home}" in msg and "load_dataset('BytedTsinghua-SIA/DAPO-Math-17k')" in msg
+    put_in_hub_cache(hf_home / "hub", "org/two", {"train": dapo_rows(1), "test": dapo_rows(1)})
+    with pytest.raises(TaskSourceError, match=r"hf://org/two has several splits \(.*\); name one"):
+        make_source("math", "dapo:hf://org/two")
+    with pytest.raises(TaskSourceError, match=r"hf://org/two:dev: cannot be read .*Unknown split"):
+        make_source("math", "dapo:hf://org/two:dev")
+    with pytest.raises(TaskSourceError, match=r"expected hf://ORG/NAME\[/CONFIG\]\[:SPLIT\]"):
+        make_source("math", "dapo:hf://just-a-name")

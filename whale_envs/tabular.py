@@ -1,5 +1,15 @@
 """Row readers for the dataset files of the field: parquet, JSON Lines, JSON, CSV (``.gz`` / ``.zst``),
-and folders of them (a Hugging Face dataset saved with ``save_to_disk`` or a folder of parquet shards).
+folders of them (a Hugging Face dataset saved with ``save_to_disk`` or a folder of parquet shards), and
+datasets already in the Hugging Face cache, named as on the hub (:data:`HUB_PREFIX`)::
+
+    hf://ORG/NAME[/CONFIG][:SPLIT]     e.g. "dapo:hf://BytedTsinghua-SIA/DAPO-Math-17k:train"
+
+A hub name is read offline only (the hub is never asked, nothing is downloaded): from the ``datasets``
+cache a former ``datasets.load_dataset(name)`` filled (``HF_DATASETS_CACHE``, default
+``$HF_HOME/datasets``), else from the hub file cache a ``huggingface-cli download`` filled
+(``HF_HUB_CACHE``, default ``$HF_HOME/hub``). Without ``:SPLIT`` the dataset's only split is read (a
+dataset with several is an error listing them). A name in neither cache is a one-line error saying how
+to fetch it once on a machine with network.
 
 Every reader yields ``(row number, where, record)``: ``row`` is 1-based, ``where`` names the file and
 row for messages, ``record`` is a dict of plain Python values (nested structs become dicts, lists stay
@@ -12,11 +22,16 @@ only when such a file is read, with a clear error when missing.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
 import json
+import os
+import re
+import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,11 +120,16 @@ _READERS = {".parquet": read_parquet, ".jsonl": read_jsonl, ".json": read_json, 
 
 
 def read_rows(path: str | Path, what: str) -> Iterator[Row]:
-    """The rows of a file or folder (see the module docstring); ``what`` names the source kind in errors.
+    """The rows of a file, folder or cached hub dataset (see the module docstring); ``what`` names the
+    source kind in errors.
 
     A folder is read as every ``*.parquet`` in it (sorted; a ``datasets`` ``save_to_disk`` folder has
-    ``*.arrow`` shards instead, read through ``datasets.load_from_disk``).
+    ``*.arrow`` shards instead, read through ``datasets.load_from_disk``). A ``hf://`` name is read from
+    the Hugging Face caches, offline (:func:`read_hub`).
     """
+    if is_hub_name(path):
+        yield from read_hub(parse_hub_name(str(path), what), what)
+        return
     p = Path(path).expanduser()
     if p.is_dir():
         yield from _read_folder(p, what)
@@ -149,6 +169,146 @@ def _read_folder(folder: Path, what: str) -> Iterator[Row]:
             yield i, f"{folder}, row {i}", dict(record)
         return
     raise TaskSourceError(f"{what}: {folder}: no *.parquet files and not a saved dataset folder")
+
+
+# ------------------------------------------------------------------ datasets in the Hugging Face cache
+
+#: The prefix that names a dataset as on the hub instead of a path.
+HUB_PREFIX = "hf://"
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*")
+_OFFLINE_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class HubName:
+    """A dataset named as on the hub: ``repo_id`` (``ORG/NAME``), its ``config`` and ``split`` (None:
+    the default config, the only split)."""
+
+    repo_id: str
+    config: str | None = None
+    split: str | None = None
+
+    def __str__(self) -> str:
+        config = f"/{self.config}" if self.config else ""
+        split = f":{self.split}" if self.split else ""
+        return f"{HUB_PREFIX}{self.repo_id}{config}{split}"
+
+
+def is_hub_name(path: str | Path | None) -> bool:
+    """Whether ``path`` names a dataset of the hub (``hf://ORG/NAME...``) rather than a file."""
+    return isinstance(path, str) and path.startswith(HUB_PREFIX)
+
+
+def parse_hub_name(text: str, what: str) -> HubName:
+    """``hf://ORG/NAME[/CONFIG][:SPLIT]`` as a :class:`HubName`; anything else a one-line error."""
+    body, _, split = text[len(HUB_PREFIX) :].partition(":")
+    parts = body.split("/")
+    if len(parts) not in (2, 3) or not all(_HUB_NAME.fullmatch(p) for p in parts) or ":" in split:
+        raise TaskSourceError(
+            f"{what}: {text!r} is not a hub dataset name; expected hf://ORG/NAME[/CONFIG][:SPLIT], "
+            f"e.g. hf://BytedTsinghua-SIA/DAPO-Math-17k:train"
+        )
+    if split and not _HUB_NAME.fullmatch(split):
+        raise TaskSourceError(f"{what}: {text}: split {split!r} is not a split name (train, test, ...)")
+    return HubName("/".join(parts[:2]), parts[2] if len(parts) == 3 else None, split or None)
+
+
+def hf_cache_dirs() -> tuple[Path, Path, Path]:
+    """``(HF_HOME, datasets cache, hub file cache)`` as the Hugging Face libraries resolve them, read
+    from the environment at each call (so a change after ``datasets`` was imported is seen)."""
+    env = os.environ
+    default_home = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+    home = Path(env.get("HF_HOME") or default_home).expanduser()
+    datasets_cache = Path(env.get("HF_DATASETS_CACHE") or home / "datasets").expanduser()
+    hub_cache = Path(env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or home / "hub").expanduser()
+    return home, datasets_cache, hub_cache
+
+
+def _in_datasets_cache(name: HubName, cache: Path) -> bool:
+    """Whether ``datasets`` has prepared ``name`` in ``cache`` (``ORG___name/CONFIG/VERSION/HASH/``, the
+    folder its ``cache`` builder reloads; the name part is snake-cased as ``datasets`` does)."""
+    from datasets.naming import camelcase_to_snakecase
+
+    org, dataset = name.repo_id.split("/")
+    root = cache / f"{org}___{camelcase_to_snakecase(dataset)}"
+    return any(p.is_dir() for p in root.glob("*/*/*"))
+
+
+def _hub_snapshot(name: HubName, hub_cache: Path) -> Path | None:
+    """The folder of the files ``huggingface-cli download`` put in the hub cache for ``name`` (the
+    revision ``refs/main`` points at, else the newest snapshot); None when there is none."""
+    repo = hub_cache / ("datasets--" + name.repo_id.replace("/", "--"))
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        snapshot = repo / "snapshots" / ref.read_text(encoding="utf-8").strip()
+        if snapshot.is_dir():
+            return snapshot
+    snapshots = sorted((repo / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime)
+    return snapshots[-1] if snapshots else None
+
+
+@contextlib.contextmanager
+def _offline() -> Iterator[None]:
+    """Offline mode for the Hugging Face libraries for the span of one call: their flags are read when
+    they are imported, so the module constants are set (and restored) as well as the environment."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    keys = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    with _OFFLINE_LOCK:
+        saved_env = {k: os.environ.get(k) for k in keys}
+        saved = (datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE)
+        os.environ.update(dict.fromkeys(keys, "1"))
+        datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
+        try:
+            yield
+        finally:
+            datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def read_hub(name: HubName, what: str) -> Iterator[Row]:
+    """The rows of the hub dataset ``name`` from the local Hugging Face caches, offline (see the module
+    docstring). Never downloads; a dataset in neither cache, a missing config or split is a one-line
+    :class:`~whale_envs.tasks.TaskSourceError` naming the dataset."""
+    try:
+        import datasets
+    except ImportError:
+        raise TaskSourceError(f"{what}: {name}: reading a hub dataset needs 'datasets'") from None
+    home, datasets_cache, hub_cache = hf_cache_dirs()
+    if _in_datasets_cache(name, datasets_cache):
+        target = name.repo_id
+    else:
+        snapshot = _hub_snapshot(name, hub_cache)
+        if snapshot is None:
+            config = f", {name.config!r}" if name.config else ""
+            raise TaskSourceError(
+                f"{what}: {name}: not in the Hugging Face cache (HF_HOME={home}; looked in {datasets_cache} "
+                f'and {hub_cache}): fetch it once with `python -c "import datasets; '
+                f"datasets.load_dataset('{name.repo_id}'{config})\"` (or `huggingface-cli download "
+                f"--repo-type dataset {name.repo_id}`) on a machine with network, with the same HF_HOME"
+            )
+        target = str(snapshot)
+    try:
+        with _offline():
+            data = datasets.load_dataset(target, name.config, split=name.split, cache_dir=str(datasets_cache))
+    except (ValueError, KeyError, OSError, ConnectionError) as exc:
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise TaskSourceError(
+            f"{what}: {name}: cannot be read from the Hugging Face cache: {detail}"
+        ) from None
+    if isinstance(data, datasets.DatasetDict):
+        if len(data) != 1:
+            raise TaskSourceError(
+                f"{what}: {name} has several splits ({', '.join(data)}); name one: {name}:<split>"
+            )
+        data = next(iter(data.values()))
+    for i, record in enumerate(data, start=1):
+        yield i, f"{name}, row {i}", dict(record)
 
 
 def nested(record: Mapping[str, Any], dotted: str) -> Any:

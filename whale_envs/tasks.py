@@ -384,8 +384,10 @@ def make_source(domain: str, spec: str | TaskSource = "generated", **options: An
     if not entry.takes_path and path is not None:
         raise TaskSourceError(f"task source {kind!r} takes no file, got {path!r}")
     merged = {**spec_options, **options}
-    stamp = None
-    if path is not None:
+    stamp: Any = None
+    if path is not None and path.startswith("hf://"):  # a hub name: read from the HF caches in use
+        stamp = tuple(os.environ.get(v) for v in ("HF_HOME", "HF_DATASETS_CACHE", "HF_HUB_CACHE"))
+    elif path is not None:
         try:
             stamp = os.stat(path).st_mtime_ns
         except OSError:

@@ -2,9 +2,10 @@
 
 ``tasks="lichess"`` loads the bundled 1000-puzzle sample, ``tasks="lichess:PATH"`` a Lichess export
 (``PuzzleId,FEN,Moves,Rating,...,Themes,...``): the database CSV, the same compressed (``.csv.zst``,
-``.csv.gz``), or parquet. Filters: ``min_rating``, ``max_rating``, ``themes`` (comma-separated; a
-puzzle passes when it has any of them), ``exclude_themes``, ``min_plies`` / ``max_plies`` (solution
-plies: the moves after the opponent's setup move; the paper keeps 1-9).
+``.csv.gz``), parquet, or ``hf://ORG/NAME[:SPLIT]`` from the Hugging Face cache (offline). Filters:
+``min_rating``, ``max_rating``, ``themes`` (comma-separated; a puzzle passes when it has any of them),
+``exclude_themes``, ``min_plies`` / ``max_plies`` (solution plies: the moves after the opponent's setup
+move; the paper keeps 1-9).
 
 ``tasks="epd"`` loads the five bundled suites (WAC, Arasan 2024, ECM, IQ4, BT-2630), ``tasks="epd:PATH"``
 one file or a folder of ``.epd`` files. ``bm`` = any listed move solves; ``am`` = any move but those.
@@ -19,7 +20,7 @@ import chess
 
 from whale_envs.chess.puzzle import ChessPuzzle
 from whale_envs.data import bundled_path
-from whale_envs.tabular import read_rows
+from whale_envs.tabular import is_hub_name, read_rows
 from whale_envs.tasks import ListSource, Task, TaskSourceError, existing
 
 LICHESS_COLUMNS = ("PuzzleId", "FEN", "Moves", "Rating", "Themes")
@@ -61,7 +62,7 @@ def load_lichess(
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise TaskSourceError(f"lichess: {name} must be a positive whole number, got {value!r}")
     if path:
-        rows = read_rows(existing(path, "lichess"), "lichess")
+        rows = read_rows(path if is_hub_name(path) else existing(path, "lichess"), "lichess")
     else:
         rows = read_rows(bundled_path("lichess_puzzles", "puzzles.csv"), "lichess")
     shown = path or "lichess (bundled sample)"

@@ -13,8 +13,9 @@ Spec strings (``tasks=`` of the env, or any ``--tasks``)::
     searchr1:FILE[?corpus=CORPUS][&retriever=URL][&data_sources=nq,hotpotqa]
                                    Search-R1's verl parquet (the paper's NQ+HotpotQA train mixture and
                                    its seven-benchmark test file); also jsonl, a folder of parquet
-                                   shards or a datasets.save_to_disk folder. ``verl:`` is the same
-                                   reader under the generic name.
+                                   shards, a datasets.save_to_disk folder, or a dataset in the
+                                   Hugging Face cache by name (hf://ORG/NAME[/CONFIG][:SPLIT],
+                                   offline). ``verl:`` is the same reader under the generic name.
 
 Search-R1 files: ``question``, ``golden_answers`` (else ``reward_model.ground_truth.target``),
 ``data_source`` (``nq``, ``hotpotqa``, ... kept in ``meta["data_source"]``: ``whale eval`` reports each
@@ -49,7 +50,7 @@ from typing import Any
 
 from whale_envs.data import bundled_path
 from whale_envs.search.corpus import Corpus, Passage, SearchQuestion, unique_ids
-from whale_envs.tabular import nested, read_rows, user_prompt
+from whale_envs.tabular import hf_cache_dirs, is_hub_name, nested, read_rows, user_prompt
 from whale_envs.tasks import ListSource, Task, TaskSourceError, existing, json_lines
 
 HOTPOT_SAMPLES = {
@@ -460,15 +461,16 @@ def _load_searchr1(
             check_url(retriever)
         except ValueError as exc:
             raise TaskSourceError(f"{kind}: {exc}") from None
+    hub = is_hub_name(path)  # hf://ORG/NAME: read from the Hugging Face cache, keyed by its name
     file = Path(path).expanduser()
-    if not file.exists():
+    if not hub and not file.exists():
         raise TaskSourceError(f"{kind}: file not found: {file}")
     corpus_file = existing(corpus, "search corpus") if corpus is not None else None
     keep = {s.strip() for s in str(data_sources).split(",") if s.strip()} if data_sources else None
     key = (
         kind,
-        str(file.resolve()),
-        file.stat().st_mtime_ns,
+        path if hub else str(file.resolve()),
+        hf_cache_dirs() if hub else file.stat().st_mtime_ns,
         corpus_file and _file_key(corpus_file),
         retriever,
         data_sources,
@@ -478,7 +480,7 @@ def _load_searchr1(
     shared = load_corpus(corpus_file) if corpus_file is not None else None
     tasks: list[Task[SearchQuestion]] = []
     seen: set[str] = set()
-    for row, where, record in read_rows(file, kind):
+    for row, where, record in read_rows(path if hub else file, kind):
         source = str(record.get("data_source") or kind)
         if keep is not None and source not in keep:
             continue
