@@ -1,24 +1,44 @@
-"""Retrieval quality of the BM25 retriever: recall@k of the supporting passages, the question as the query.
+"""Retrieval quality of BM25, and of a dense encoder beside it: recall@k of the supporting passages, the
+question as the query.
 
     python -m whale_envs.search.evaluate            # the bundled samples, a markdown table
     python -m whale_envs.search.evaluate "musique:QUESTIONS.json?corpus=CORPUS" --k 1 5 20
+    python -m whale_envs.search.evaluate --encoder ./e5-base-v2      # BM25 and dense, side by side
 
 ``recall@k`` is the mean over questions of the share of a question's supporting passages among the top
 ``k``; ``all@k`` the share of questions with every supporting passage in the top ``k``.
+
+With ``--encoder PATH`` (any local Hugging Face or sentence-transformers encoder folder, e5's
+conventions: see :mod:`whale_envs.search.dense`) every source is scored twice on the same questions:
+BM25 as without the flag, and dense through the code the served dense index runs (a flat index built
+over each corpus with :func:`~whale_envs.search.dense.build_index`, searched by
+:class:`~whale_envs.search.dense.DenseIndex`). The indexes go to ``--index-dir`` (kept, and reused by
+the next run over the same corpus and encoder) or to a temporary folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from whale_envs.search.retriever import get_retriever
 from whale_envs.tasks import TaskSource, make_source
 
+if TYPE_CHECKING:
+    from whale_envs.search.corpus import SearchQuestion
+    from whale_envs.search.dense import Encoder
+
 DEFAULT_SOURCES = ("hotpotqa", "hotpotqa?sample=dev", "musique", "generated?size=300")
+
+#: Ranks the passages of each question: (questions, k) -> the top-k passage ids of each, in order.
+Ranker = Callable[[Sequence["SearchQuestion"], int], list[list[str]]]
 
 
 @dataclass
@@ -29,6 +49,41 @@ class RecallReport:
     recall: dict[int, float]
     all_found: dict[int, float]
     seconds: float
+    retriever: str = "bm25"  # "bm25", or "dense" (the encoder's folder name in the table)
+
+
+def bm25_ranker(cache_dir: str | os.PathLike | None = None) -> Ranker:
+    """Each question against the BM25 index of its corpus (the env's in-process retriever)."""
+
+    def rank(questions: Sequence[SearchQuestion], k: int) -> list[list[str]]:
+        out = []
+        for qa in questions:
+            retriever = get_retriever(qa.corpus, cache_dir=cache_dir)
+            out.append([hit.passage.id for hit in retriever.search(qa.question, k)])
+        return out
+
+    return rank
+
+
+def dense_ranker(encoder: Encoder, index_dir: str | os.PathLike) -> Ranker:
+    """The questions of each distinct corpus against a flat dense index of it, built under ``index_dir``
+    (one folder per corpus fingerprint; a finished one is reused), queries encoded in batches."""
+    from whale_envs.search.dense import DenseIndex, build_index
+
+    def rank(questions: Sequence[SearchQuestion], k: int) -> list[list[str]]:
+        groups: dict[int, list[int]] = {}
+        for i, qa in enumerate(questions):
+            groups.setdefault(id(qa.corpus), []).append(i)
+        out: list[list[str]] = [[] for _ in questions]
+        for rows in groups.values():
+            corpus = questions[rows[0]].corpus
+            folder = build_index(corpus, encoder, Path(index_dir) / corpus.fingerprint[:16], kind="flat")
+            hits = DenseIndex(folder, corpus, encoder).search_batch([questions[i].question for i in rows], k)
+            for i, found in zip(rows, hits, strict=True):
+                out[i] = [passage.id for passage, _ in found]
+        return out
+
+    return rank
 
 
 def retrieval_recall(
@@ -37,57 +92,99 @@ def retrieval_recall(
     *,
     cache_dir: str | os.PathLike | None = None,
     limit: int | None = None,
+    ranker: Ranker | None = None,
+    retriever: str = "bm25",
 ) -> RecallReport:
-    """Recall@k of the supporting passages over the tasks of ``source`` that name them."""
+    """Recall@k of the supporting passages over the tasks of ``source`` that name them (the first
+    ``limit`` tasks), ranked by ``ranker`` (default BM25: :func:`bm25_ranker`; named ``retriever`` in
+    the report). A source that names no supporting passage is a ValueError."""
     src = make_source("search", source) if isinstance(source, str) else source
     ks = sorted(set(ks))
+    start = time.perf_counter()
+    questions = [qa for qa in (src.get(t).payload for t in list(src.ids())[:limit]) if qa.supporting]
+    if not questions:
+        raise ValueError(f"task source {src.name!r} names no supporting passages")
+    ranked = (ranker or bm25_ranker(cache_dir))(questions, ks[-1])
     recall = dict.fromkeys(ks, 0.0)
     all_found = dict.fromkeys(ks, 0.0)
-    n = sizes = 0
-    start = time.perf_counter()
-    for task_id in list(src.ids())[:limit]:
-        qa = src.get(task_id).payload
-        if not qa.supporting:
-            continue
-        retriever = get_retriever(qa.corpus, cache_dir=cache_dir)
-        ranked = [hit.passage.id for hit in retriever.search(qa.question, ks[-1])]
+    for qa, ids in zip(questions, ranked, strict=True):
         gold = set(qa.supporting)
         for k in ks:
-            found = len(gold & set(ranked[:k]))
+            found = len(gold & set(ids[:k]))
             recall[k] += found / len(gold)
             all_found[k] += found == len(gold)
-        n += 1
-        sizes += len(qa.corpus)
-    if n == 0:
-        raise ValueError(f"task source {src.name!r} names no supporting passages")
+    n = len(questions)
     return RecallReport(
         source=src.name if not isinstance(source, str) else source,
         questions=n,
-        passages=round(sizes / n),
+        passages=round(sum(len(qa.corpus) for qa in questions) / n),
         recall={k: v / n for k, v in recall.items()},
         all_found={k: v / n for k, v in all_found.items()},
         seconds=time.perf_counter() - start,
+        retriever=retriever,
     )
 
 
 def markdown(reports: Sequence[RecallReport]) -> str:
+    """The reports as a markdown table; a ``retriever`` column when not every report is BM25's."""
     ks = sorted({k for r in reports for k in r.recall})
-    head = ["source", "questions", "passages", *(f"recall@{k}" for k in ks), *(f"all@{k}" for k in ks)]
+    by_retriever = any(r.retriever != "bm25" for r in reports)
+    head = ["source", *(["retriever"] if by_retriever else []), "questions", "passages"]
+    head += [*(f"recall@{k}" for k in ks), *(f"all@{k}" for k in ks)]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in reports:
-        cells = [f"`{r.source}`", str(r.questions), str(r.passages)]
+        cells = [f"`{r.source}`", *([r.retriever] if by_retriever else []), str(r.questions), str(r.passages)]
         cells += [f"{r.recall[k]:.3f}" for k in ks] + [f"{r.all_found[k]:.3f}" for k in ks]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="Recall@k of the supporting passages: BM25, and a dense encoder beside it (--encoder).",
+    )
     parser.add_argument("sources", nargs="*", default=list(DEFAULT_SOURCES), help="task source specs")
     parser.add_argument("--k", nargs="+", type=int, default=[1, 3, 5], help="cut-offs (default 1 3 5)")
-    parser.add_argument("--cache-dir", default=None, help="index cache folder (default: the usual one)")
+    parser.add_argument("--cache-dir", default=None, help="BM25 index cache folder (default: the usual one)")
+    parser.add_argument(
+        "--encoder",
+        default=None,
+        metavar="PATH",
+        help="a local encoder folder (Hugging Face or sentence-transformers; e5's query:/passage: prefixes, "
+        "mean pooling): also report dense recall over a flat index of each corpus, on the same questions",
+    )
+    parser.add_argument(
+        "--no-prefix", action="store_true", help="embed without e5's prefixes (non-e5 encoders)"
+    )
+    parser.add_argument(
+        "--index-dir", default=None, help="keep the dense indexes here (default: a temporary folder)"
+    )
+    parser.add_argument("--device", default="cpu", help="the encoder's torch device (default cpu)")
     args = parser.parse_args(argv)
-    reports = [retrieval_recall(s, args.k, cache_dir=args.cache_dir) for s in args.sources]
+    if any(k < 1 for k in args.k):
+        parser.error(f"--k: cut-offs must be positive, got {args.k}")
+    encoder = None
+    if args.encoder is not None:
+        from whale_envs.search.dense import DenseIndexError, Encoder
+
+        prefixes = {"query_prefix": "", "passage_prefix": ""} if args.no_prefix else {}
+        try:
+            encoder = Encoder(args.encoder, device=args.device, **prefixes)
+        except DenseIndexError as exc:
+            parser.exit(2, f"error: --encoder: {exc}\n")
+    with tempfile.TemporaryDirectory(prefix="whale-dense-") as scratch:
+        dense = dense_ranker(encoder, args.index_dir or scratch) if encoder is not None else None
+        name = f"dense ({Path(args.encoder).name})" if encoder is not None else ""
+        reports = []
+        for spec in args.sources:
+            try:
+                reports.append(retrieval_recall(spec, args.k, cache_dir=args.cache_dir))
+                if dense is not None:
+                    reports.append(retrieval_recall(spec, args.k, ranker=dense, retriever=name))
+            except ValueError as exc:  # TaskSourceError and DenseIndexError are ValueErrors
+                parser.exit(2, f"error: {spec}: {exc}\n")
+            done = ", ".join(f"{r.retriever} {r.seconds:.1f}s" for r in reports if r.source == spec)
+            print(f"{spec}: {reports[-1].questions} questions ({done})", file=sys.stderr, flush=True)
     print(markdown(reports))
 
 
