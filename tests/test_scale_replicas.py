@@ -1,12 +1,15 @@
 """Requests spread over several ``vllm serve`` replicas, and the weight push to all of them through
-vLLM's weight-transfer routes. The servers are test doubles of vLLM 0.33's HTTP surface that enforce
-its rules (the order of the weight-update calls, one rank per worker in the group, metadata lists of
-one length); the NCCL broadcast itself needs GPUs and runs in benchmarks/gpu_check_multi.sh."""
+vLLM's weight-transfer routes. The servers are test doubles of vLLM's HTTP surface that enforce the
+rules the real server enforces, with its error bodies (checked against vLLM 0.32's own server by
+tests/test_vllm_real_replicas.py: the order of the weight-update calls, the init and update fields, the
+routes missing without dev mode); the NCCL broadcast itself needs GPUs and runs in
+benchmarks/gpu_check_multi.sh."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -16,12 +19,29 @@ from tests.http_fake import send_json
 from whale_train.llm.base import Request, SamplingParams
 from whale_train.llm.replicas import ReplicatedLLM, SyncedReplicas, WeightSync, server_root
 
+#: The fields of vLLM's ``NCCLWeightTransferInitInfo`` (required, optional) and update info.
+INIT_FIELDS = ({"rank_offset", "world_size"}, {"master_address", "master_port", "nccl_unique_id_b64", "packed",
+               "packed_buffer_size_bytes", "packed_num_buffers"})  # fmt: skip
+UPDATE_FIELDS = {"names", "dtype_names", "shapes"}
+
+
+def worker_error(message: str) -> tuple[int, dict]:
+    """What vLLM's server answers when a worker raises (HTTP 500, the error on one line)."""
+    text = f"Call to collective_rpc method failed: Worker failed with error '{message}', please check the stack trace above for the root cause"  # noqa: E501
+    return 500, {"error": {"message": text, "type": "InternalServerError", "param": None, "code": 500}}
+
 
 class FakeVLLM:
-    """One ``vllm serve --weight-transfer-config '{"backend": "nccl"}'`` with ``world`` workers."""
+    """One ``vllm serve --weight-transfer-config '{"backend": "nccl"}'`` with ``world`` workers (without
+    ``VLLM_SERVER_DEV_MODE=1`` when ``dev_mode`` is False: no weight-transfer routes). ``refuse_update``
+    makes its workers fail every update; ``update_delay`` holds each update that many seconds (a worker
+    waiting in the NCCL broadcast)."""
 
-    def __init__(self, world: int = 1):
-        self.world = world
+    def __init__(
+        self, world: int = 1, dev_mode: bool = True, refuse_update: bool = False, update_delay: float = 0
+    ):
+        self.world, self.dev_mode = world, dev_mode
+        self.refuse_update, self.update_delay = refuse_update, update_delay
         self.calls: list[str] = []
         self.init: dict | None = None
         self.state = "serving"  # -> "updating" between start and finish
@@ -38,7 +58,8 @@ class FakeVLLM:
                 send_json(self, code, body)
 
             def do_GET(self):
-                if self.path.startswith("/get_world_size"):
+                fake.calls.append(self.path)
+                if self.path.startswith("/get_world_size") and fake.dev_mode:
                     return self._reply(200, {"world_size": fake.world})
                 self._reply(404, {"detail": "Not Found"})
 
@@ -54,35 +75,50 @@ class FakeVLLM:
     def handle(self, path: str, body: dict) -> tuple[int, dict]:
         self.calls.append(path)
         if path == "/v1/completions":
-            if self.state != "serving":
-                return 503, {"error": "weights are being updated"}
             self.served += 1
             text = f"v{self.version} seed {body['seed']}"  # what a sample depends on: weights and seed
             usage = {"prompt_tokens": 3, "completion_tokens": 4}
             return 200, {"choices": [{"text": text, "finish_reason": "stop"}], "usage": usage}
+        if not self.dev_mode:
+            return 404, {"detail": "Not Found"}
         if path == "/init_weight_transfer_engine":
-            info = body["init_info"]
-            for key in ("master_address", "master_port", "rank_offset", "world_size"):
-                if key not in info:
-                    return 422, {"detail": f"missing {key}"}
+            info = body.get("init_info")
+            if not isinstance(info, dict):
+                return 400, {"error": {"message": "1 validation error:\n  body.init_info Field required"}}
+            required, optional = INIT_FIELDS
+            if required - set(info) or set(info) - required - optional:
+                return worker_error(f"Invalid init_info for NCCLWeightTransferEngine: fields {sorted(info)}")
             self.init = info
             return 200, {"message": "Weight transfer initialized"}
         if path == "/start_weight_update":
-            if self.init is None or self.state != "serving":
-                return 500, {"error": "start_weight_update before init, or twice"}
+            if self.state != "serving":
+                return worker_error("start_weight_update called while a weight update is already active.")
             self.state = "updating"
             return 200, {"message": "Weight update started"}
         if path == "/update_weights":
-            info = body["update_info"]
+            info = body.get("update_info")
+            if not isinstance(info, dict):
+                return 400, {"error": {"message": "1 validation error:\n  body.update_info Field required"}}
             if self.state != "updating":
-                return 500, {"error": "update_weights outside start/finish"}
+                return worker_error("start_weight_update must be called before update_weights.")
+            self.state = "serving"  # a failed update ends the session, a received one is loaded
+            if set(info) - UPDATE_FIELDS:
+                return worker_error(
+                    f"Invalid update_info for NCCLWeightTransferEngine: fields {sorted(info)}"
+                )
             if not (len(info["names"]) == len(info["dtype_names"]) == len(info["shapes"])):
-                return 500, {"error": "`dtype_names` should be of the same size as `names`"}
+                return worker_error("`dtype_names` should be of the same size as `names`")
+            time.sleep(self.update_delay)
+            if self.refuse_update:
+                return worker_error(
+                    "NCCL weight transfer not initialized. Call init_transfer_engine() first."
+                )
+            self.state = "updating"
             self.received.append(info)
             return 200, {"message": "Weights updated"}
         if path == "/finish_weight_update":
             if self.state != "updating":
-                return 500, {"error": "finish without start"}
+                return worker_error("finish_weight_update called without a matching start_weight_update.")
             self.state = "serving"
             if body.get("weight_version") is not None:
                 self.version = body["weight_version"]
@@ -174,7 +210,7 @@ def test_weight_push_reaches_every_replica_in_one_group(servers):
         updates = [c for c in s.calls if c != "/v1/completions"]
         assert (
             updates
-            == ["/init_weight_transfer_engine"]
+            == ["/get_world_size", "/init_weight_transfer_engine"]
             + [
                 "/start_weight_update",
                 "/update_weights",
@@ -222,3 +258,82 @@ def test_the_train_config_picks_replicas_and_the_ledger_gets_the_push_time(serve
     assert rollouts == 8 and signals["push_seconds"] == 0.25
     report.updated = False  # a step without an update pushed nothing
     assert "push_seconds" not in run._weight_unit()[0]
+
+
+def test_a_replica_without_the_weight_transfer_routes_is_one_line_naming_the_flags():
+    from whale_train.llm.replicas import WeightSyncError
+
+    plain = FakeVLLM(dev_mode=False)  # `vllm serve` without VLLM_SERVER_DEV_MODE=1: the routes 404
+    try:
+        with pytest.raises(WeightSyncError) as err:
+            WeightSync([server_root(plain.url)], master_address="127.0.0.1", master_port=29600)
+        line = str(err.value)
+        assert server_root(plain.url) in line and "HTTP 404: Not Found" in line and "\n" not in line
+        assert "VLLM_SERVER_DEV_MODE=1" in line and "--weight-transfer-config" in line
+    finally:
+        plain.close()
+
+
+def test_a_refused_push_is_one_line_at_once_and_stops_weight_sync():
+    from whale_train.llm.replicas import WeightSyncError
+
+    # one replica's workers refuse the update at once, the other's wait in the broadcast (8 s here)
+    made = [FakeVLLM(world=1, refuse_update=True), FakeVLLM(world=2, update_delay=8)]
+    try:
+        roots = [server_root(s.url) for s in made]
+        sync = WeightSync(
+            roots, master_address="127.0.0.1", master_port=29600, engine_factory=FakeNCCLEngine,
+            source_factory=lambda tensors: tensors,
+        )  # fmt: skip
+        llm = SyncedReplicas([s.url for s in made], "m", sync=sync, timeout=5)
+        model = torch.nn.Linear(3, 2)
+        start = time.monotonic()
+        with pytest.raises(WeightSyncError) as err:
+            llm.load_weights(model.named_parameters())
+        assert time.monotonic() - start < 4  # the refusal comes back without waiting for the other
+        line = str(err.value)
+        assert line.startswith("weight push 1 to 2 replica(s): ") and "\n" not in line
+        assert f"{roots[0]}/update_weights: HTTP 500: " in line  # the replica and route that refused
+        assert "NCCL weight transfer not initialized" in line and '{"error"' not in line  # the message
+        assert "restart the replicas, then the run with --resume" in line
+        assert llm.version == 0 and sync.engine is None
+        calls = len(made[0].calls)
+        with pytest.raises(WeightSyncError, match="weight sync stopped"):  # no second try on a broken group
+            llm.load_weights(model.named_parameters())
+        assert len(made[0].calls) == calls
+    finally:
+        for s in made:
+            s.close()
+
+
+def test_weight_sync_is_refused_before_the_run_when_this_process_cannot_join_the_group(servers):
+    from whale_train.llm.replicas import WeightSyncError, make_replicas, nccl_trainer_problem
+
+    urls = [s.url for s in servers[:2]]
+    sync = {"master_address": "127.0.0.1", "master_port": 29600}
+    problem = nccl_trainer_problem()  # this venv: no vLLM (the gpu extra), no CUDA
+    assert problem is not None and "weight sync needs" in problem
+    with pytest.raises(WeightSyncError) as err:
+        make_replicas(urls, "m", weight_sync=sync)
+    assert str(err.value) == f"backend_options.weight_sync: {problem}"
+    assert isinstance(err.value, ValueError)  # `whale train` reports it as one line before the run
+    assert all(s.calls == [] for s in servers)  # no replica was contacted
+    # a push on the default (vLLM) engine stops in the trainer too, before any replica's rendezvous
+    plain = WeightSync([server_root(u) for u in urls], master_address="127.0.0.1", master_port=29600)
+    with pytest.raises(WeightSyncError, match="^weight sync needs"):
+        plain.push(torch.nn.Linear(3, 2).named_parameters(), 1)
+    assert all(s.calls == ["/get_world_size"] for s in servers[:2]) and plain.failed is None
+
+
+def test_vllm_error_bodies_become_one_line():
+    from whale_train.llm.replicas import _server_message
+
+    status, body = worker_error("Invalid update_info for NCCLWeightTransferEngine: x")
+    assert _server_message(json.dumps(body)) == (
+        "Call to collective_rpc method failed: Worker failed with error 'Invalid update_info for "
+        "NCCLWeightTransferEngine: x' (stack trace in the server's log)"
+    )
+    validation = {"error": {"message": "1 validation error:\n  {'loc': 'body.update_info'}", "code": 400}}
+    assert _server_message(json.dumps(validation)) == "1 validation error: {'loc': 'body.update_info'}"
+    assert _server_message('{"detail": "Not Found"}') == "Not Found"
+    assert _server_message("<html>\n bad gateway\n</html>") == "<html> bad gateway </html>"
