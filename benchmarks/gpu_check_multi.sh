@@ -3,7 +3,9 @@
 #   1. the in-process vLLM engine with tensor_parallel_size=2 runs a short WHALE cycle;
 #   2. two `vllm serve` replicas take the rollouts of a short cycle, the trained weights are broadcast to
 #      both after every RSFT step (NCCL, vLLM's weight-transfer routes): every replica ends at the last
-#      version with the same weight checksums, and the ledger has the push time of every update;
+#      version with the same weight checksums, computes with the trained weights (its greedy tokens
+#      equal transformers' on the last pushed checkpoint, float32 on both sides, and its log-probs of
+#      them match to 2e-3), and the ledger has the push time of every update;
 #   3. `accelerate launch` on 2 GPUs (DDP) trains a short cycle whose ledger matches one process's
 #      (but for the loss and wall-clock fields);
 #   4. the same cycle under FSDP2 (configs/accelerate/fsdp2.yaml: every parameter and the AdamW state
@@ -46,7 +48,7 @@ trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 for i in 0 1; do
   gpu=$((GPUS > 2 ? i + 1 : 1))
   VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=$gpu "$BIN/vllm" serve "$MODEL" --port $((8100 + i)) \
-    --gpu-memory-utilization 0.35 --weight-transfer-config '{"backend": "nccl"}' \
+    --gpu-memory-utilization 0.35 --dtype float32 --weight-transfer-config '{"backend": "nccl"}' \
     > "$OUT/serve$i.log" 2>&1 &
   PIDS+=($!)
 done
@@ -59,7 +61,7 @@ CUDA_VISIBLE_DEVICES=0 "$PY" -m whale_train.cli train configs/math/whale.yaml --
   --set 'backend_options={weight_sync: {master_address: 127.0.0.1, master_port: 29650}, return_token_ids: true}' \
   --set rsft.bf16=true "${SHORT[@]}" --out "$OUT/replicas" > "$OUT/replicas.log" 2>&1 \
   || { tail -n 30 "$OUT/replicas.log" >&2; fail "the replica cycle failed"; }
-"$PY" - "$OUT/replicas" <<'PY' || fail "replica check failed"
+"$PY" - "$OUT/replicas" "$MODEL" <<'PY' || fail "replica check failed"
 import json, sys, urllib.request
 from pathlib import Path
 run = Path(sys.argv[1])
@@ -76,6 +78,40 @@ sums = [call(p, "/weight_checker", {"action": "checksum"})["checksums"] for p in
 assert versions == [str(len(updates))] * 2, (versions, len(updates))
 assert sums[0] == sums[1], "the replicas hold different weights"
 print(f"  {len(updates)} pushes to 2 replicas, {min(pushes):.2f}-{max(pushes):.2f} s each; versions {versions}; checksums equal")
+# the engines compute with the pushed weights: the last checkpoint (saved under the pushed version)
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from whale_train.llm.base import Request, SamplingParams
+from whale_train.llm.hf import TransformersLLM
+from whale_train.llm.openai_compat import OpenAILLM
+model_dir = sys.argv[2]
+ckpt = run / "checkpoints" / versions[0]
+assert ckpt.is_dir(), f"no checkpoint of the pushed version {versions[0]}: {sorted(p.name for p in (run / 'checkpoints').iterdir())}"
+def load(path):
+    if (path / "adapter_config.json").exists():  # LoRA: the push is the merged model
+        from peft import PeftModel
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        return PeftModel.from_pretrained(base, str(path)).merge_and_unload().to("cuda:0")
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to("cuda:0")
+tok = AutoTokenizer.from_pretrained(model_dir)
+trained = TransformersLLM(load(ckpt), tok)
+base = TransformersLLM(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to("cuda:0"), tok)
+prompts = ["What is 2+3? Answer:", "Solve for x: 2x + 4 = 10. x =", "The capital of France is", "12 * 7 ="]
+greedy = lambda llm: [c.completion_ids for c in llm.complete(
+    [Request(p, SamplingParams(temperature=0, max_tokens=12), seed=i) for i, p in enumerate(prompts)])]
+want = greedy(trained)
+conts = [tok.decode(ids) for ids in want]
+ref = [trained.score(p, [c])[0].logprob for p, c in zip(prompts, conts)]
+moved = max(abs(a - base.score(p, [c])[0].logprob) for a, p, c in zip(ref, prompts, conts))
+for port in (8100, 8101):
+    server = OpenAILLM(f"http://127.0.0.1:{port}/v1", model_dir, tokenizer=model_dir, return_token_ids=True)
+    assert greedy(server) == want, f"replica :{port} does not sample what the trained weights do: {greedy(server)} != {want}"
+    got = [server.score(p, [c])[0].logprob for p, c in zip(prompts, conts)]
+    worst = max(abs(a - b) for a, b in zip(got, ref))
+    assert worst < 2e-3, f"replica :{port} log-probs differ from the trained weights' by {worst:.2e}"
+    print(f"  replica :{port}: greedy tokens = transformers' on checkpoint {versions[0]}; log-probs within {worst:.1e}")
+print(f"  (the trained weights move those log-probs by {moved:.2e} from the base model's"
+      + (": too little to tell a missed push apart, train longer)" if moved < 2e-2 else ")"))
 PY
 for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 PIDS=()
