@@ -8,6 +8,7 @@ benchmarks/gpu_check_multi.sh."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -337,3 +338,22 @@ def test_vllm_error_bodies_become_one_line():
     assert _server_message(json.dumps(validation)) == "1 validation error: {'loc': 'body.update_info'}"
     assert _server_message('{"detail": "Not Found"}') == "Not Found"
     assert _server_message("<html>\n bad gateway\n</html>") == "<html> bad gateway </html>"
+
+
+def test_whale_train_with_weight_sync_this_process_cannot_do_stops_in_one_line(servers, tmp_path):
+    import subprocess
+    import sys
+
+    urls = ",".join(s.url for s in servers[:2])
+    cmd = [sys.executable, "-m", "whale_train.cli", "train", "configs/math/whale.yaml", "--set", "backend=openai",
+           "--set", "model=m", "--set", f"base_url={urls}", "--out", str(tmp_path / "run"),
+           "--set", "backend_options={weight_sync: {master_address: 127.0.0.1, master_port: 29600}}"]  # fmt: skip
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: backend_options.weight_sync: weight sync needs"), (
+        lines
+    )
+    assert all(s.calls == [] for s in servers)  # stopped before any replica was contacted
