@@ -329,6 +329,9 @@ def test_hub_names_load_offline_from_the_datasets_cache_for_every_kind(hf_home):
     assert list(test.ids()) == ["hotpotqa-train_0", "bamboogle-train_1"]
     chess = make_source("chess", "lichess:hf://Lichess/chess-puzzles?max_plies=3")
     assert list(chess.ids()) == ["p1", "p3"]
+    import datasets.config
+
+    assert datasets.config.HF_HUB_OFFLINE is False  # offline only for the loader's call, then restored
 
 
 def test_hub_names_load_from_the_hub_file_cache(hf_home):

@@ -32,7 +32,7 @@ from whale_envs.search.retriever import get_retriever
 from whale_envs.tasks import TaskSource, make_source
 
 if TYPE_CHECKING:
-    from whale_envs.search.corpus import SearchQuestion
+    from whale_envs.search.corpus import Corpus, SearchQuestion
     from whale_envs.search.dense import Encoder
 
 DEFAULT_SOURCES = ("hotpotqa", "hotpotqa?sample=dev", "musique", "generated?size=300")
@@ -77,13 +77,23 @@ def dense_ranker(encoder: Encoder, index_dir: str | os.PathLike) -> Ranker:
         out: list[list[str]] = [[] for _ in questions]
         for rows in groups.values():
             corpus = questions[rows[0]].corpus
-            folder = build_index(corpus, encoder, Path(index_dir) / corpus.fingerprint[:16], kind="flat")
+            folder = Path(index_dir) / corpus.fingerprint[:16]
+            folder = build_index(corpus, encoder, folder, kind="flat", progress=_progress(corpus))
             hits = DenseIndex(folder, corpus, encoder).search_batch([questions[i].question for i in rows], k)
             for i, found in zip(rows, hits, strict=True):
                 out[i] = [passage.id for passage, _ in found]
         return out
 
     return rank
+
+
+def _progress(corpus: Corpus) -> Callable[[int, int], None] | None:
+    """A progress line on stderr per embedded chunk, for a corpus big enough to take a while."""
+    if len(corpus) < 10_000:
+        return None
+    return lambda done, total: print(
+        f"{corpus.name}: embedded {done}/{total} passages", file=sys.stderr, flush=True
+    )
 
 
 def retrieval_recall(
