@@ -307,12 +307,13 @@ def test_a_refused_push_is_one_line_at_once_and_stops_weight_sync():
             s.close()
 
 
-def test_weight_sync_is_refused_before_the_run_when_this_process_cannot_join_the_group(servers):
+def test_weight_sync_is_refused_before_the_run_when_this_process_cannot_join_the_group(servers, monkeypatch):
     from whale_train.llm.replicas import WeightSyncError, make_replicas, nccl_trainer_problem
 
     urls = [s.url for s in servers[:2]]
     sync = {"master_address": "127.0.0.1", "master_port": 29600}
-    problem = nccl_trainer_problem()  # this venv: no vLLM (the gpu extra), no CUDA
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU machine with the gpu extra
+    problem = nccl_trainer_problem()  # no vLLM (this venv), or no CUDA device
     assert problem is not None and "weight sync needs" in problem
     with pytest.raises(WeightSyncError) as err:
         make_replicas(urls, "m", weight_sync=sync)
@@ -349,7 +350,11 @@ def test_whale_train_with_weight_sync_this_process_cannot_do_stops_in_one_line(s
            "--set", "model=m", "--set", f"base_url={urls}", "--out", str(tmp_path / "run"),
            "--set", "backend_options={weight_sync: {master_address: 127.0.0.1, master_port: 29600}}"]  # fmt: skip
     out = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""},
     )
     assert out.returncode == 2, out.stderr[-2000:]
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
