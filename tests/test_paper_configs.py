@@ -35,7 +35,38 @@ def data_dir(tmp_path, monkeypatch):
     (tmp_path / "data/chess/lichess_db_puzzle.csv.zst").write_bytes(
         zstandard.ZstdCompressor().compress(lichess_csv().encode())
     )
+    # the test sets: AIME 2024 as released (ID 2024-I-n), AIME 2025 without a year column, and the merged
+    # seven-benchmark Search-R1 test file
+    aime24 = [{"ID": f"2024-I-{i}", "Problem": f"p{i}", "Answer": str(i)} for i in range(1, 4)]
+    aime25 = [{"id": i, "problem": f"q{i}", "answer": str(i)} for i in range(1, 3)]
+    pq.write_table(pa.Table.from_pylist(aime24), tmp_path / "data/math/aime2024.parquet")
+    pq.write_table(pa.Table.from_pylist(aime25), tmp_path / "data/math/aime2025.parquet")
+    (tmp_path / "data/search_r1/test").mkdir(parents=True)
+    test_rows = [
+        dict(r, id=f"test_{j}", data_source=name) for j, r in enumerate(searchr1_rows()[:2]) for name in SEVEN
+    ]
+    pq.write_table(pa.Table.from_pylist(test_rows), tmp_path / "data/search_r1/test/test.parquet")
     return tmp_path
+
+
+SEVEN = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+
+
+@pytest.mark.parametrize("domain", sorted(MODELS))
+def test_the_in_run_evaluations_score_the_papers_test_sets(domain, data_dir):
+    from whale_train.trainer import eval_task_ids
+
+    config = TrainConfig.load(PAPER / domain / "whale.yaml")
+    ids = eval_task_ids(config)
+    if domain == "math":  # AIME 2024 and 2025, each whole
+        assert [len(x) for x in ids] == [3, 2] and ids[1][0].startswith("aime2025-")
+        assert {s["split"] for s in config.eval_sets} == {"all"}
+    elif domain == "search":  # each of the seven benchmarks its own set, reported apart
+        env_sources = [gym.make(config.env, **kw).unwrapped.source for kw in config.eval_sets]
+        names = [{s.get(i).meta["data_source"] for i in s.ids()} for s in env_sources]
+        assert names == [{n} for n in SEVEN] and [len(x) for x in ids] == [2] * 7
+    else:  # chess: the held-out test split of the Lichess pool
+        assert config.eval.tasks is None and config.eval_sets[0]["split"] == "test"
 
 
 @pytest.mark.parametrize("domain", sorted(MODELS))

@@ -188,7 +188,7 @@ def evaluate(args: argparse.Namespace) -> dict:
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
+    from whale_train.rollout import RolloutConfig, by_data_source, run_rollouts, summarize, write_jsonl
 
     env_options = env_options_of(getattr(args, "env_option", []))
     env = _make_env(args.env, args.tasks, args.split, **env_options).unwrapped
@@ -264,21 +264,6 @@ def env_options_of(items: Sequence[str]) -> dict:
         except yaml.YAMLError as exc:
             raise CLIError(f"--env-option {key}: not a YAML value: {str(exc).splitlines()[0]}") from None
     return options
-
-
-def by_data_source(source, per_task: dict[str, float]) -> dict[str, dict]:
-    """mean per ``meta["data_source"]`` (Search-R1's benchmarks, aime2024/2025), plus their macro
-    ``average`` when there are several; {} when the source names none."""
-    groups: dict[str, list[float]] = {}
-    for task_id, value in per_task.items():
-        name = source.get(task_id).meta.get("data_source")
-        if name is not None:
-            groups.setdefault(str(name), []).append(value)
-    out = {k: {"tasks": len(v), "mean": sum(v) / len(v)} for k, v in sorted(groups.items())}
-    if len(out) > 1:
-        means = [d["mean"] for d in out.values()]
-        out["average"] = {"tasks": sum(d["tasks"] for d in out.values()), "mean": sum(means) / len(means)}
-    return out
 
 
 def _limits(args: argparse.Namespace):

@@ -75,6 +75,27 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def data_source_table(summaries: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: each run's first and last test mean per data source (Search-R1's seven benchmarks,
+    aime2024/2025, ...), when its evaluations recorded any; [] otherwise."""
+    names = sorted({n for s in summaries for e in s["evals"] for n in e.get("by_data_source", {})})
+    if not names:
+        return []
+    names = [n for n in names if n != "average"] + (["average"] if "average" in names else [])
+    lines = [
+        "Test mean@k by data source, first → last evaluation:",
+        "",
+        "| run | " + " | ".join(names) + " |",
+        "|" + "---|" * (len(names) + 1),
+    ]
+    for s in summaries:
+        first = s["evals"][0].get("by_data_source", {}) if s["evals"] else {}
+        last = s["evals"][-1].get("by_data_source", {}) if s["evals"] else {}
+        cells = [f"{_pct(first.get(n))} → {_pct(last.get(n))}" for n in names]
+        lines.append(f"| {s['name']} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
 
@@ -265,10 +286,12 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
         )
     lines += [
         "",
-        "Test accuracy is mean@k in percent on the held-out test split; evaluation is not charged to the ledger.",
+        "Test accuracy is mean@k in percent on the test set(s) (the held-out test split, or the run's eval.tasks); "
+        "evaluation is not charged to the ledger.",
         "Wall time is the run's own (units, evaluations and start-up, over every resumed session).",
         "",
     ]
+    lines += data_source_table(summaries)
     if eval_note(summaries):
         lines += [f"**Note:** {eval_note(summaries)}.", ""]
     acc = plot_accuracy(summaries, plots / "accuracy_vs_rollouts.png")

@@ -123,7 +123,8 @@ class Tracker:
 def event_metrics(event: dict[str, Any]) -> dict[str, Any]:
     """The numbers of a ledger event for the trackers (empty for events without any)."""
     if event["event"] == "eval":
-        return {"test/mean_at_k": event["mean"], "test/se": event["se"]}
+        per_source = {f"test/{name}": mean for name, mean in event.get("by_data_source", {}).items()}
+        return {"test/mean_at_k": event["mean"], "test/se": event["se"], **per_source}
     if event["event"] == "unit":
         signals = {f"{event['phase']}/{k}": v for k, v in event.get("signals", {}).items()}
         return {**signals, "rollouts/unit": event.get("rollouts"), "seconds/unit": event.get("seconds")}

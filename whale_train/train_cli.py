@@ -15,7 +15,7 @@ from whale_train import distributed
 from whale_train.cli_common import add_command
 from whale_train.config_io import describe
 from whale_train.rsft import ModelFailure
-from whale_train.trainer import Run, TrainConfig, shipped_configs, sigint_stops_run
+from whale_train.trainer import Run, TrainConfig, eval_task_ids, shipped_configs, sigint_stops_run
 
 
 def add_parser(subparsers) -> None:
@@ -118,6 +118,7 @@ def follow_run(config: TrainConfig) -> int:
 def cmd_train(args) -> int:
     from rich.table import Table
 
+    from whale_envs.tasks import TaskSourceError
     from whale_train.cli_common import (
         CLIError,
         Interrupted,
@@ -141,7 +142,11 @@ def cmd_train(args) -> int:
         return follow_run(config)
     try:
         # user errors in the config surface here, before the run directory is made
-        make_env(config.env, config.tasks, config.eval.split)
+        make_env(config.env, config.tasks, "train", **config.env_options)
+        try:
+            eval_task_ids(config)  # every test set loads, has tasks, and no two share an id
+        except (TaskSourceError, ValueError) as exc:
+            raise CLIError(f"eval.tasks: {exc}" if not str(exc).startswith("eval") else str(exc)) from None
         load_harness_for(config.harness_name, config.env)
         check_model(config.model, config.backend, flag="model (in the config, or --set model=NAME)")
         try:

@@ -42,12 +42,13 @@ import yaml
 from harnesses.loader import HarnessRef, load_harness
 from whale_envs import MATH_ID
 from whale_envs.sandbox import isolation_label
+from whale_envs.tasks import check_split
 from whale_train import distributed
 from whale_train.config_io import Config, option
 from whale_train.domains import domain_for
 from whale_train.files import atomic_write_text, hold_folder, release_folder
 from whale_train.meta_harness.config import MetaHarnessConfig
-from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
+from whale_train.rollout import RolloutConfig, by_data_source, run_rollouts, summarize, write_jsonl
 from whale_train.rsft import RSFT, RSFTConfig, check_model
 from whale_train.schedule import METHODS, RunState, ScheduleConfig, ScheduleDecision, make_schedule
 from whale_train.tracking import Tracker, event_metrics, parse_report_to
@@ -63,8 +64,16 @@ class EvalConfig(Config):
     """Test evaluation (measured, never charged to the ledger)."""
 
     k: int = option(8, "samples per task (mean@k)")
-    limit: int = option(200, "tasks of the split to use (0 = all)")
-    split: str = option("test", "the held-out split")
+    limit: int = option(200, "tasks of the split to use, per test set (0 = all)")
+    tasks: str | list[str] | None = option(
+        None,
+        "separate test set(s) of the run's env, task source spec(s): the paper's test files (aime:aime2024.parquet "
+        "or a list of specs; searchr1:test.parquet) scored at every evaluation, results per data_source; default: "
+        "the run's own tasks",
+    )
+    split: str | None = option(
+        None, "the split scored: default test of the run's tasks (held out by hash), all of eval.tasks"
+    )
     every: str | int = option(
         "phase",
         "phase (after every phase and at the end), unit (after every unit: slow), or a number of rollouts N "
@@ -133,6 +142,15 @@ class TrainConfig(Config):
             raise ValueError("eval.k must be at least 1 and eval.limit at least 0 (0 = all)")
         if self.eval.select_k < 1 or self.eval.select_limit < 0:
             raise ValueError("eval.select_k must be at least 1 and eval.select_limit at least 0 (0 = none)")
+        specs = (
+            self.eval.tasks
+            if isinstance(self.eval.tasks, list)
+            else [self.eval.tasks if self.eval.tasks is not None else "-"]
+        )
+        if not specs or not all(isinstance(s, str) and s.strip() for s in specs):
+            raise ValueError("eval.tasks: a task source spec (kind:path?options) or a non-empty list of them")
+        if self.eval.split is not None:
+            check_split(self.eval.split)  # ValueError naming the known splits
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         parse_report_to(self.report_to)
@@ -184,6 +202,16 @@ class TrainConfig(Config):
     def env_kwargs(self) -> dict[str, Any]:
         return {**self.env_options, **({"tasks": self.tasks} if self.tasks else {})}
 
+    @property
+    def eval_sets(self) -> list[dict[str, Any]]:
+        """The env keyword arguments (split included) of each test set the in-run evaluations score: the
+        run's own tasks (split ``test``), or each spec of ``eval.tasks`` (split ``all``), as ``eval.split``
+        says otherwise."""
+        e = self.eval
+        specs = (e.tasks if isinstance(e.tasks, list) else [e.tasks]) if e.tasks else [self.tasks]
+        split = e.split or ("all" if e.tasks else "test")
+        return [{**self.env_options, **({"tasks": spec} if spec else {}), "split": split} for spec in specs]
+
     @classmethod
     def load(cls, path: str | Path | None = None, sets: Iterable[str] = (), **kwargs: Any) -> TrainConfig:
         """Read a YAML config (a path or a shipped config's name; ``base: other.yaml`` merges another file
@@ -215,6 +243,38 @@ def find_config(spec: str | Path) -> Path:
     if shipped.exists():
         return shipped
     raise FileNotFoundError(f"no config file {spec}; shipped configs: {', '.join(shipped_configs())}")
+
+
+def eval_task_ids(config: TrainConfig) -> list[list[str]]:
+    """The task ids each test set of ``config.eval_sets`` contributes: the first ``eval.limit`` of its
+    split. A task id in two test sets is a ValueError naming both (their results would mix)."""
+    import gymnasium as gym
+
+    limit, seen, out = config.eval.limit, {}, []
+    for kwargs in config.eval_sets:
+        env = gym.make(config.env, **kwargs).unwrapped
+        ids = list(env.task_ids[:limit] if limit else env.task_ids)
+        if not ids:
+            raise ValueError(
+                f"eval: the test set {kwargs.get('tasks') or 'of the run'} has no tasks in split {kwargs['split']!r}"
+            )
+        for task_id in ids:
+            other = seen.setdefault(task_id, kwargs.get("tasks"))
+            if other != kwargs.get("tasks"):
+                raise ValueError(
+                    f"eval.tasks: task id {task_id!r} is in both {other} and {kwargs.get('tasks')}; the test sets "
+                    "must not share ids (aime: give a file without a year column ?year=2025)"
+                )
+        out.append(ids)
+    return out
+
+
+def _comparable(config: TrainConfig) -> Any:
+    """What must match for a run to resume: every field, with the defaults of fields added since the run
+    started and the evaluation's split as it resolves (``eval.split`` unset is ``test`` of the run's tasks)."""
+    data = json.loads(json.dumps(config.to_dict()))
+    data["eval"]["split"] = config.eval_sets[0]["split"]
+    return data
 
 
 # ------------------------------------------------------------------------------------------ harness phase
@@ -297,7 +357,7 @@ class Run:
     def _open(self, config: TrainConfig, resume: bool, existing: bool, llm: Any) -> None:
         if resume and (self.dir / "config.yaml").exists():
             saved = yaml.safe_load((self.dir / "config.yaml").read_text())
-            if saved != json.loads(json.dumps(config.to_dict())):
+            if _comparable(TrainConfig.from_dict(saved)) != _comparable(config):
                 raise ValueError(
                     f"{self.dir}/config.yaml differs from the config given: resume with the same config"
                 )
@@ -471,10 +531,7 @@ class Run:
         if key in self.evaluated:
             return None
         e = self.config.eval
-        import gymnasium as gym
-
-        env = gym.make(self.config.env, split=e.split, **self.config.env_kwargs).unwrapped
-        ids = env.task_ids[: e.limit] if e.limit else env.task_ids
+        ids = eval_task_ids(self.config)
         out = self.dir / "eval"
         out.mkdir(exist_ok=True)
         cache_key = self._eval_cache_key(ids)
@@ -494,6 +551,11 @@ class Run:
                 "event": "eval",
                 **{k: result[k] for k in ("model_version", "harness", "mean", "se", "k", "tasks")},
                 **{k: result[k] for k in ("select_mean", "select_se") if k in result},
+                **(
+                    {"by_data_source": {n: d["mean"] for n, d in result["by_data_source"].items()}}
+                    if result.get("by_data_source")
+                    else {}
+                ),
                 **({"cached": True} if hit else {}),
             }
         )
@@ -501,13 +563,18 @@ class Run:
             f"  test mean@{e.k} = {100 * result['mean']:.1f}% ± {100 * result['se']:.1f} (model v{version}, "
             f"{self.harness_label}{', cached' if hit else ''})"
         )
+        if result.get("by_data_source"):
+            self.log(
+                "    "
+                + ", ".join(f"{name} {100 * d['mean']:.1f}%" for name, d in result["by_data_source"].items())
+            )
         for name, err in result["errors"].items():
             self.log(
                 f"  {name} in {err['episodes']} of {result['episodes']} test episodes; first: {err['first'][:200]}"
             )
         return result
 
-    def _eval_cache_key(self, ids: list[str]) -> str | None:
+    def _eval_cache_key(self, ids: list[list[str]]) -> str | None:
         """The evaluation cache's key for the current (weights, harness) on ``ids``; None without a cache or
         when the backend's weights cannot be digested (see :mod:`whale_train.eval_cache`)."""
         if self.eval_cache is None:
@@ -522,17 +589,27 @@ class Run:
             digest,
             self.harness,
             env=self.config.env,
-            env_kwargs=self.config.env_kwargs,
-            split=e.split,
-            ids=list(ids),
+            # the run's own test split keeps the key it always had; separate test sets are named whole
+            **(
+                {
+                    "env_kwargs": self.config.env_kwargs,
+                    "split": self.config.eval_sets[0]["split"],
+                    "ids": ids[0],
+                }
+                if e.tasks is None
+                else {"eval_sets": self.config.eval_sets, "ids": ids}
+            ),
             k=e.k,
             seed=10_000 + seed,
             concurrency=self.config.concurrency,
             select=[e.select_limit, e.select_k, 20_000 + seed] if e.select_limit else None,
         )
 
-    def _evaluate(self, version: int, ids: list[str], traces: Path) -> dict[str, Any]:
-        """Run the evaluation of the current (model, harness) on ``ids``; write its traces to ``traces``."""
+    def _evaluate(self, version: int, ids: list[list[str]], traces: Path) -> dict[str, Any]:
+        """Run the evaluation of the current (model, harness) on ``ids`` (those of each test set); write its
+        traces to ``traces``."""
+        import gymnasium as gym
+
         e = self.config.eval
         rollout = RolloutConfig(
             k=e.k,
@@ -541,16 +618,20 @@ class Run:
             trusted=self.harness.shipped,
         )
         show = self.progress or _no_progress
-        with show(f"test mean@{e.k}: {self.harness_label}, model v{version}", len(ids) * e.k) as advance:
-            trajs = run_rollouts(
-                self.harness,
-                self.config.env,
-                self.llm,
-                ids,
-                env_kwargs={"split": e.split, **self.config.env_kwargs},
-                config=rollout,
-                progress=lambda _t: advance(),
-            )
+        total = sum(map(len, ids)) * e.k
+        trajs, sources = [], []
+        with show(f"test mean@{e.k}: {self.harness_label}, model v{version}", total) as advance:
+            for kwargs, set_ids in zip(self.config.eval_sets, ids, strict=True):
+                sources.append(gym.make(self.config.env, **kwargs).unwrapped.source)
+                trajs += run_rollouts(
+                    self.harness,
+                    self.config.env,
+                    self.llm,
+                    set_ids,
+                    env_kwargs=kwargs,
+                    config=rollout,
+                    progress=lambda _t: advance(),
+                )
         stop_if_interrupted()
         check_model(trajs, f"the evaluation of model v{version}")
         summary = summarize(trajs)
@@ -560,7 +641,8 @@ class Run:
         }
         from whale_train.cli_common import first_errors
 
-        result.update(k=e.k, split=e.split)
+        result.update(k=e.k, split=self.config.eval_sets[0]["split"])
+        result["by_data_source"] = by_data_source(sources, summary["per_task"])
         result["errors"] = first_errors(trajs)  # failures in sight: the first message of each kind
         if e.select_limit:
             result.update(self._select_score(version))

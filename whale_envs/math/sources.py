@@ -21,13 +21,14 @@ The paper's data (files only, nothing bundled; see docs/PAPER.md):
   (else ``dapo-<row>``). ``dedup=true`` (default) keeps the first row of each problem text: the
   released file repeats every problem, 17,917 remain.
 * ``aime:PATH`` — AIME 2024 / 2025 as released (jsonl, json or parquet; ``Problem``/``problem``,
-  ``Answer``/``answer``, ``ID``/``id``, ``year``); task id ``aime-<ID>`` or ``aime<year>-<id>``.
+  ``Answer``/``answer``, ``ID``/``id``, ``year``); task id ``aime-<ID>`` or ``aime<year>-<id>``;
+  ``?year=2025`` names the year of a file whose rows carry none.
 * ``verl:PATH`` — any verl-format parquet (or jsonl) of math problems: the last user message of
   ``prompt`` (unwrapped when it is DAPO's wrapper), ``reward_model.ground_truth``.
 
 Each of them, and a folder of parquet shards or a ``datasets.save_to_disk`` folder, is read with
 :mod:`whale_envs.tabular`. ``meta["data_source"]`` (the row's ``data_source``, ``aime2024`` ...) is what
-``whale eval`` breaks results down by.
+``whale eval`` and a run's evaluations break results down by.
 """
 
 from __future__ import annotations
@@ -214,9 +215,9 @@ def load_verl_math(path: str, *, dedup: bool = False) -> ListSource[MathProblem]
     return _load_verl_math("verl", path, dedup=dedup)
 
 
-def load_aime(path: str) -> ListSource[MathProblem]:
-    """AIME 2024 / 2025 releases (see the module docstring)."""
-    tasks = []
+def load_aime(path: str, *, year: int | None = None) -> ListSource[MathProblem]:
+    """AIME 2024 / 2025 releases (see the module docstring); ``year`` for a release whose rows carry none."""
+    tasks, year_option = [], year
     for row, where, record in read_rows(path, "aime"):
         problem = field_ci(record, "problem", "question")
         answer = field_ci(record, "answer")
@@ -227,7 +228,7 @@ def load_aime(path: str) -> ListSource[MathProblem]:
         if not isinstance(answer, str) or not answer.strip():
             raise TaskSourceError(f"{where}: missing or empty field 'answer' (or 'Answer')")
         raw_id = field_ci(record, "id", "unique_id")
-        year = field_ci(record, "year")
+        year = field_ci(record, "year") if year_option is None else year_option
         text_id = str(raw_id) if raw_id is not None else str(row)
         if year is None and text_id[:4].isdigit():  # "2024-I-1"
             year = text_id[:4]

@@ -21,7 +21,7 @@ ends that episode with the env's reward so far (0 unless solved) and the reason 
 from whale_train.rollout.batcher import Batcher
 from whale_train.rollout.episode import Episode, EpisodeLimits
 from whale_train.rollout.executors import RolloutConfig, preflight, run_episodes, run_rollouts
-from whale_train.rollout.metrics import FAILURES, categorize, summarize
+from whale_train.rollout.metrics import FAILURES, by_data_source, categorize, summarize
 from whale_train.rollout.records import (
     EnvStep,
     LLMCall,
@@ -41,6 +41,7 @@ __all__ = [
     "LLMCall",
     "RolloutConfig",
     "Trajectory",
+    "by_data_source",
     "categorize",
     "jsonable",
     "preflight",

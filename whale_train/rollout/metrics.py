@@ -79,3 +79,26 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
         "completion_tokens": sum(t.completion_tokens for t in trajs),
         "per_task": per_task,
     }
+
+
+def by_data_source(sources: Any, per_task: dict[str, float]) -> dict[str, dict]:
+    """mean per ``meta["data_source"]`` (Search-R1's benchmarks, aime2024/2025) of the tasks in
+    ``per_task``, plus their macro ``average`` when there are several; {} when no task names one.
+    ``sources``: the task source (or a list of them) the task ids come from."""
+    sources = sources if isinstance(sources, (list, tuple)) else [sources]
+    groups: dict[str, list[float]] = {}
+    for task_id, value in per_task.items():
+        for source in sources:
+            try:
+                meta = source.get(task_id).meta
+            except KeyError:
+                continue
+            name = meta.get("data_source")
+            if name is not None:
+                groups.setdefault(str(name), []).append(value)
+            break
+    out = {k: {"tasks": len(v), "mean": sum(v) / len(v)} for k, v in sorted(groups.items())}
+    if len(out) > 1:
+        means = [d["mean"] for d in out.values()]
+        out["average"] = {"tasks": sum(d["tasks"] for d in out.values()), "mean": sum(means) / len(means)}
+    return out
