@@ -53,6 +53,8 @@ def test_bad_eval_sets_are_one_line_naming_the_field(tmp_path):
     # the same file twice: the ids collide, and the check says so before any rollout
     with pytest.raises(ValueError, match=r"in both .*aime2024\.parquet"):
         eval_task_ids(smoke(MODEL, eval={"tasks": [a24, a24 + "?year=2024"]}))
+    with pytest.raises(ValueError, match="in both"):  # one spec twice
+        eval_task_ids(smoke(MODEL, eval={"tasks": [a24, a24]}))
 
 
 def test_a_run_scores_each_test_file_and_records_results_per_data_source(tmp_path):

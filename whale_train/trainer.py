@@ -251,7 +251,7 @@ def eval_task_ids(config: TrainConfig) -> list[list[str]]:
     import gymnasium as gym
 
     limit, seen, out = config.eval.limit, {}, []
-    for kwargs in config.eval_sets:
+    for index, kwargs in enumerate(config.eval_sets):
         env = gym.make(config.env, **kwargs).unwrapped
         ids = list(env.task_ids[:limit] if limit else env.task_ids)
         if not ids:
@@ -259,10 +259,11 @@ def eval_task_ids(config: TrainConfig) -> list[list[str]]:
                 f"eval: the test set {kwargs.get('tasks') or 'of the run'} has no tasks in split {kwargs['split']!r}"
             )
         for task_id in ids:
-            other = seen.setdefault(task_id, kwargs.get("tasks"))
-            if other != kwargs.get("tasks"):
+            other = seen.setdefault(task_id, index)
+            if other != index:
                 raise ValueError(
-                    f"eval.tasks: task id {task_id!r} is in both {other} and {kwargs.get('tasks')}; the test sets "
+                    f"eval.tasks: task id {task_id!r} is in both {config.eval_sets[other].get('tasks')} and "
+                    f"{kwargs.get('tasks')}; the test sets "
                     "must not share ids (aime: give a file without a year column ?year=2025)"
                 )
         out.append(ids)
