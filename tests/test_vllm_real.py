@@ -343,3 +343,13 @@ def test_the_replica_weight_source_fits_vllms_weight_transfer_source_class():
     ]
     for _ in range(2):  # a fresh pass each round
         assert [(n, t.tolist()) for n, t in source] == [(n, t.tolist()) for n, t in tensors]
+
+
+def test_a_server_without_dev_mode_is_refused_for_weight_sync_in_one_line(server):
+    # `vllm serve` as the openai backend runs it (no VLLM_SERVER_DEV_MODE=1): no weight-transfer routes
+    from whale_train.llm.replicas import WeightSync, WeightSyncError, server_root
+
+    with pytest.raises(WeightSyncError) as err:
+        WeightSync([server_root(server)], master_address="127.0.0.1", master_port=free_port(), timeout=30)
+    line = str(err.value)
+    assert "/get_world_size: HTTP 404" in line and "VLLM_SERVER_DEV_MODE=1" in line and "\n" not in line
