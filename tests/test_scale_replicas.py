@@ -362,3 +362,18 @@ def test_whale_train_with_weight_sync_this_process_cannot_do_stops_in_one_line(s
         lines
     )
     assert all(s.calls == [] for s in servers)  # stopped before any replica was contacted
+
+
+def test_a_replica_in_dev_mode_without_the_transfer_config_gets_the_flags_too():
+    from whale_train.llm.openai_compat import OpenAIError
+    from whale_train.llm.replicas import _sync_error
+
+    # what vLLM's worker raises at the first init when the server lacks --weight-transfer-config
+    status, body = worker_error(
+        "Weight transfer not configured. Please set weight_transfer_config to enable weight transfer."
+    )
+    exc = OpenAIError(f"http://a:8000/init_weight_transfer_engine: HTTP {status}: {body['error']['message']}")
+    line = str(_sync_error(exc, "weight push 1 to 1 replica(s)"))
+    assert line.endswith(
+        '(start each replica with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config \'{"backend": "nccl"}\')'
+    )
