@@ -377,3 +377,23 @@ def test_a_replica_in_dev_mode_without_the_transfer_config_gets_the_flags_too():
     assert line.endswith(
         '(start each replica with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config \'{"backend": "nccl"}\')'
     )
+
+
+def test_a_push_that_fails_mid_run_ends_whale_train_with_its_one_line(tmp_path, monkeypatch, capsys):
+    from whale_train import cli
+    from whale_train.llm.replicas import WeightSyncError
+    from whale_train.trainer import Run
+
+    line = (
+        "weight push 2 to 2 replica(s): http://a:8000/update_weights: HTTP 500: Call to collective_rpc "
+        "method failed; weight sync stopped: restart the replicas, then the run with --resume"
+    )
+
+    def push_fails(self):  # what SyncedReplicas.load_weights raises out of an RSFT step
+        raise WeightSyncError(line)
+
+    monkeypatch.setattr(Run, "run", push_fails)
+    rc = cli.main(["train", "configs/math/whale.yaml", "--out", str(tmp_path / "run"), "--no-report"])
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())
+    assert rc == 1 and f"error: {line}" in text and "Traceback" not in text

@@ -14,6 +14,7 @@ from typing import Any
 from whale_train import distributed
 from whale_train.cli_common import add_command
 from whale_train.config_io import describe
+from whale_train.llm.replicas import WeightSyncError
 from whale_train.rsft import ModelFailure
 from whale_train.trainer import Run, TrainConfig, eval_task_ids, shipped_configs, sigint_stops_run
 
@@ -173,6 +174,11 @@ def cmd_train(args) -> int:
                 f"[red]error:[/] {exc} (the run stopped; --resume continues it once the model works)",
                 highlight=False,
             )
+            return 1
+        except WeightSyncError as exc:  # a push to vllm serve replicas failed; the line says what to do
+            from rich.markup import escape
+
+            console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
             return 1
         except distributed.RankLost as exc:  # a training rank died: `--resume` continues from the last unit
             from rich.markup import escape
