@@ -48,43 +48,82 @@ def llm():
     engine.close()
 
 
-def test_rollouts_against_raw_generate_of_the_same_calls(llm):
+@pytest.mark.parametrize("tool", [True, False], ids=["python-tool", "no-tool"])
+def test_rollouts_against_raw_generate_of_the_same_calls(llm, tool):
+    """With the Python tool, a turn waits for the tool's sandboxed runs (about 0.1-0.16 s each, here);
+    without it (``max_tool_calls=0``) what is left is the harness loop, the batcher and the env."""
     from vllm import SamplingParams
 
     env = "whale/Math-v0"
-    ids = gym.make(env).unwrapped.task_ids[:64]
+    env_kwargs = {} if tool else {"max_tool_calls": 0}
+    ids = gym.make(env, **env_kwargs).unwrapped.task_ids[:64]
     config = RolloutConfig(k=1, concurrency=64, trusted=True, seed=0)
     harness = load_harness("math/h0")
-    run_rollouts(harness, env, llm, ids[:4], config=config)  # warm-up (the raw path's: its first round)
-    ratios = []
-    for _ in range(4):
+    # the engine's own time inside the rollouts: what the raw replay also spends
+    generate, engine_s = llm.engine.generate, []
+
+    def timed_generate(*args, **kwargs):
         start = time.perf_counter()
-        trajs = run_rollouts(harness, env, llm, ids, config=config)
-        rollout_s = time.perf_counter() - start
-        turns = max(len(t.calls) for t in trajs)
-        batches = [[t.calls[i] for t in trajs if len(t.calls) > i] for i in range(turns)]
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            engine_s.append(time.perf_counter() - start)
+
+    llm.engine.generate = timed_generate
+    trajs = run_rollouts(
+        harness, env, llm, ids, env_kwargs=env_kwargs, config=config
+    )  # warm-up of both paths
+    turns = max(len(t.calls) for t in trajs)
+    batches = [[t.calls[i] for t in trajs if len(t.calls) > i] for i in range(turns)]
+
+    def raw() -> float:
         start = time.perf_counter()
         for batch in batches:
             prompts = [{"prompt_token_ids": c.prompt_ids} for c in batch]
             params = [
                 SamplingParams(
-                    temperature=float((c.params or {}).get("temperature", 1.0)),
-                    top_p=float((c.params or {}).get("top_p", 1.0)),
-                    max_tokens=max(1, c.completion_tokens),
-                    seed=int(c.seed or 0) % 2**31,
+                    temperature=float(c.params["temperature"]),
+                    top_p=float(c.params.get("top_p", 1.0)),
+                    max_tokens=int(c.params["max_tokens"]),
+                    stop=list(c.params.get("stop") or []) or None,
+                    seed=int(c.seed) % 2**31,
                 )
                 for c in batch
             ]
-            outs = llm.engine.generate(prompts, params, use_tqdm=False)
-            assert len(outs) == len(batch)
-        raw_s = time.perf_counter() - start
+            outs = generate(prompts, params, use_tqdm=False)
+            # the very same samples: the replay is the rollout's generation, nothing more or less
+            assert [list(o.outputs[0].token_ids) for o in outs] == [c.completion_ids for c in batch]
+        return time.perf_counter() - start
+
+    def rollout() -> tuple[float, float]:
+        engine_s.clear()
+        start = time.perf_counter()
+        run_rollouts(harness, env, llm, ids, env_kwargs=env_kwargs, config=config)
+        return time.perf_counter() - start, sum(engine_s)
+
+    raw()
+    ratios, engine_ratios, other = [], [], []
+    for i in range(6):  # interleaved, the order alternating, so drift in the machine's load hits both
+        if i % 2:
+            raw_s = raw()
+            rollout_s, in_engine = rollout()
+        else:
+            rollout_s, in_engine = rollout()
+            raw_s = raw()
         ratios.append(rollout_s / raw_s)
-        print(f"\nrollout {rollout_s:.2f} s, raw {raw_s:.2f} s")
-        calls = sum(len(b) for b in batches)
-    ratios = ratios[1:]  # the first round warms the raw path up
-    ratio = statistics.median(ratios)
-    print(f"\nrollout vs raw generate: {calls} calls in {turns} turns, median ratio {ratio:.2f}x ({ratios})")
-    assert calls >= len(ids) and ratio > 0
+        engine_ratios.append(in_engine / raw_s)
+        other.append((rollout_s - in_engine) / len(ids))
+        print(f"\nrollout {rollout_s:.2f} s ({in_engine:.2f} s in the engine), raw {raw_s:.2f} s")
+    llm.engine.generate = generate
+    calls = sum(len(b) for b in batches)
+    tokens = sum(c.completion_tokens for b in batches for c in b)
+    print(
+        f"\nrollout vs raw generate ({'with' if tool else 'without'} the tool): {calls} calls in {turns} turns, {tokens} tokens; median ratio "
+        f"{statistics.median(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)}); the engine's time "
+        f"inside the rollouts / raw: {statistics.median(engine_ratios):.2f}x; the rest (episodes, env steps, "
+        f"the tool's sandbox, tokenizing): {1000 * statistics.median(other):.1f} ms per episode"
+    )
+    assert calls >= len(ids) and all(r > 0 for r in ratios)
 
 
 def test_push_seconds_per_megabyte(llm):
