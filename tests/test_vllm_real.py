@@ -266,6 +266,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_server(proc: subprocess.Popen, url: str, deadline: float) -> None:
+    """Until vLLM's server at ``url`` answers ``/health``; RuntimeError if it exits or ``deadline``
+    (``time.monotonic()``) passes first."""
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vLLM's server exited: {proc.stderr.read()[-2000:]}")
+        try:
+            urllib.request.urlopen(url + "/health", timeout=2)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError("vLLM's server did not start in time") from None
+            time.sleep(1)
+
+
 @pytest.fixture(scope="module")
 def server(model_dir):
     port = free_port()
@@ -274,18 +289,11 @@ def server(model_dir):
            "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vLLM's server exited: {proc.stderr.read()[-2000:]}")
-        try:
-            urllib.request.urlopen(url + "/health", timeout=2)
-            break
-        except OSError:
-            time.sleep(1)
-    else:
+    try:
+        wait_for_server(proc, url, time.monotonic() + 240)
+    except RuntimeError:
         proc.kill()
-        raise RuntimeError("vLLM's server did not start in 240 s")
+        raise
     yield url + "/v1"
     proc.terminate()
     try:

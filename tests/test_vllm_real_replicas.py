@@ -24,7 +24,7 @@ from dataclasses import asdict
 
 import pytest
 import torch
-from test_vllm_real import free_port, greedy, model_dir, transformers_greedy  # noqa: F401 - fixture
+from test_vllm_real import free_port, greedy, model_dir, transformers_greedy, wait_for_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.vllm_real
 
@@ -52,16 +52,7 @@ def replicas(model_dir):  # noqa: F811 - the imported fixture
     try:
         deadline = time.monotonic() + 240
         for proc, url in zip(procs, urls, strict=True):  # both start at once
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"vLLM's server exited: {proc.stderr.read()[-2000:]}")
-                try:
-                    urllib.request.urlopen(url + "/health", timeout=2)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("vLLM's server did not start in 240 s") from None
-                    time.sleep(1)
+            wait_for_server(proc, url, deadline)
         yield urls
     finally:
         for proc in procs:
