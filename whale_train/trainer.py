@@ -142,13 +142,12 @@ class TrainConfig(Config):
             raise ValueError("eval.k must be at least 1 and eval.limit at least 0 (0 = all)")
         if self.eval.select_k < 1 or self.eval.select_limit < 0:
             raise ValueError("eval.select_k must be at least 1 and eval.select_limit at least 0 (0 = none)")
-        specs = (
-            self.eval.tasks
-            if isinstance(self.eval.tasks, list)
-            else [self.eval.tasks if self.eval.tasks is not None else "-"]
-        )
-        if not specs or not all(isinstance(s, str) and s.strip() for s in specs):
-            raise ValueError("eval.tasks: a task source spec (kind:path?options) or a non-empty list of them")
+        if self.eval.tasks is not None:
+            specs = self.eval.tasks if isinstance(self.eval.tasks, list) else [self.eval.tasks]
+            if not specs or not all(isinstance(s, str) and s.strip() for s in specs):
+                raise ValueError(
+                    "eval.tasks: a task source spec (kind:path?options) or a non-empty list of them"
+                )
         if self.eval.split is not None:
             check_split(self.eval.split)  # ValueError naming the known splits
         if self.concurrency < 1:
