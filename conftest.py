@@ -9,6 +9,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One split secret for every test, on every machine (whale_envs.splits): the same tasks land in the same
+# splits everywhere, so a test may name a task of a split. Tests of the secret itself set their own.
+os.environ["WHALE_SPLIT_SECRET"] = "whale-tests"
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,8 @@ from harnesses.math.calculator import MathCalculator
 from harnesses.math.vote import MathVote
 from whale_envs.math.generators import FAMILIES
 from whale_envs.math.problem import MathProblem
-from whale_envs.tasks import ListSource, Task, split_of
+from whale_envs.splits import public_split_of
+from whale_envs.tasks import ListSource, Task
 from whale_train import pretrain as pt
 from whale_train.cli import main
 
@@ -53,7 +54,7 @@ def test_stream_covers_every_format_of_every_domain_and_uses_only_train_content(
         ("search", pt.SEARCH_FORMATS),
     ):
         assert {(domain, f) for f in formats} <= seen
-    assert all(split_of(e.content) == "train" for e in exs)  # no harness- or test-split task, ever
+    assert all(public_split_of(e.content) == "train" for e in exs)  # the unkeyed train share only
     assert {e.chat for e in exs} == {True, False}  # chat turns and plain text
     assert all(e.reply.strip() for e in exs)
 

@@ -13,15 +13,14 @@ every CLI ``--tasks``)::
 Options may also be passed as a dict (``task_options=`` / keyword arguments); string values from a
 spec are converted to int / float / bool where they look like one.
 
-Splits are stable and disjoint: a task's split is a function of its id alone (a hash), so it never
-changes between runs, machines or dataset orderings. ``split="all"`` is the whole source.
+Splits are stable and disjoint: a task's split is a keyed hash of its id (``whale_envs.splits``: the key is
+a secret no harness or proposer can read), so it never changes between runs or dataset orderings under one
+split secret. ``split="all"`` is the whole source.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import importlib
 import inspect
 import json
@@ -33,11 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
-P = TypeVar("P")
+from whale_envs.splits import SPLIT_NAMES, SPLITS, split_of  # noqa: F401  (re-exported)
 
-#: Split names, and the share of task ids each one gets.
-SPLITS: dict[str, float] = {"train": 0.70, "harness": 0.15, "test": 0.15}
-SPLIT_NAMES = (*SPLITS, "all")
+P = TypeVar("P")
 
 
 class TaskSourceError(ValueError):
@@ -103,20 +100,6 @@ def json_lines(lines: Iterable[str], where: str) -> Iterator[tuple[int, Any]]:
         except json.JSONDecodeError as exc:
             raise TaskSourceError(f"{where}, line {line_no}: not valid JSON: {exc.msg}") from None
         yield line_no, value
-
-
-@functools.lru_cache(maxsize=1 << 20)
-def split_of(task_id: str) -> str:
-    """The split a task id belongs to: a pure function of the id (first 8 bytes of its SHA-256).
-    Memoized: every env construction filters its source's ids through it, and a rollout makes one env
-    per episode in flight (100k ids cost 20 ms each time otherwise)."""
-    h = int.from_bytes(hashlib.sha256(task_id.encode("utf-8")).digest()[:8], "big") / 2**64
-    acc = 0.0
-    for name, share in SPLITS.items():
-        acc += share
-        if h < acc:
-            return name
-    return name  # float rounding at the top end
 
 
 def check_split(split: str) -> str:

@@ -21,7 +21,7 @@ solver plays Black. Task ``idx`` is built from ``random.Random`` seeded by ``(se
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -167,14 +167,17 @@ _FAMILY_NAMES = {
 }
 
 
-def generate_puzzle(rng: random.Random, level: int, *, split: str | None = None) -> ChessPuzzle:
-    """Draw positions from ``rng`` until one is a valid puzzle of ``level`` (and of ``split``, if given)."""
+def generate_puzzle(
+    rng: random.Random, level: int, *, split: str | None = None, split_fn: Callable[[str], str] = split_of
+) -> ChessPuzzle:
+    """Draw positions from ``rng`` until one is a valid puzzle of ``level`` (and whose FEN is in ``split``
+    under ``split_fn``, if given: the run's keyed split by default)."""
     positions, verify = _FAMILIES[level]
     while True:
         flip = rng.random() < 0.5  # half the puzzles: the solver plays Black
         for live in positions(rng):
             board = live.mirror() if flip else live.copy(stack=False)
-            if split is not None and split_of(board.fen()) != split:
+            if split is not None and split_fn(board.fen()) != split:
                 continue  # cheap check first: the content must land in the task id's split
             if not _usable(board):
                 continue

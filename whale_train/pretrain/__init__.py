@@ -10,8 +10,11 @@ The recipe, in order (every step seeded by ``PretrainConfig.seed``):
    passages, as chat turns or as plain text. The model is therefore not tied to one harness's format:
    harness search has something to find and RSFT something to adapt. Math replies also teach
    expression writing (``<expr>12 + 7 - 4</expr>``, ``python: print(12 + 7 - 4)``), so a calculator
-   step is a real mechanism. Only content that hashes to the *train* split is used (the env's
-   ``split_of`` on the FEN or question), so no test task is ever seen verbatim.
+   step is a real mechanism. Only content whose *unkeyed* hash is in the train share is used
+   (``whale_envs.splits.public_split_of`` on the FEN or question). A run's splits are keyed by its
+   split secret, which does not exist when the model is built, so this keeps about 30% of the
+   generators' content out of pretraining but cannot keep a run's test tasks out: docs/HARNESSES.md
+   ("What is measured stays unseen") gives the measured overlap.
 2. **Tokenizer.** A byte-level BPE (``tiny.train_tokenizer``: ~1k tokens, digits split, ChatML template)
    trained on a sample of that text.
 3. **Model.** A fresh ``Qwen3ForCausalLM`` of ``size`` (``tiny`` ~0.9M parameters, ``small`` ~5M).

@@ -5,7 +5,7 @@ named by its ``Domain`` in ``whale_train.domains`` (``pretrain_formats``): the f
 (recorded in the model card), and a maker of ``Example`` s drawn from the domain's task generator.
 The prompts of the shipped harnesses are built by calling their own hooks, so they match exactly; the
 env's raw observations and other templates, orders and notations give harness search something to
-find. Only content that hashes to the *train* split is used.
+find. Only content whose unkeyed hash (``public_split_of``) is in the train share is used.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from whale_envs.math.generators import FAMILIES as MATH_FAMILIES
 from whale_envs.math.problem import MathProblem
 from whale_envs.search.env import cut
 from whale_envs.search.generator import SearchSample, generate_sample
-from whale_envs.tasks import ListSource, Task, split_of
+from whale_envs.splits import public_split_of
+from whale_envs.tasks import ListSource, Task
 
 
 def _pick(rng: random.Random, shares: dict[str, float]) -> str:
@@ -60,7 +61,7 @@ class TextFormats:
 class Example:
     """One prompt -> reply pair. ``chat``: the prompt is a user message rendered with the chat template
     (the reply then ends with ``<|im_end|>``); else plain text (the reply ends with ``<|endoftext|>``).
-    ``content``: the env's split key of the task behind it (a FEN or a question), always in ``train``."""
+    ``content``: the text behind it (a FEN or a question), always ``train`` under ``public_split_of``."""
 
     prompt: str
     reply: str
@@ -96,7 +97,7 @@ CHESS_FORMATS = {
 
 
 def _chess_example(rng: random.Random, level: int, stage: _Stage) -> Example:
-    puzzle = generate_puzzle(rng, level, split="train")
+    puzzle = generate_puzzle(rng, level, split="train", split_fn=public_split_of)
     board = chess.Board(puzzle.fen)
     move = rng.choice(sorted(mating_moves(board), key=chess.Move.uci))
     uci, san = move.uci(), bare_san(board, move)
@@ -249,7 +250,7 @@ def _math_example(rng: random.Random, level: int, stage: _Stage) -> Example:
     family = rng.choice(sorted(MATH_FAMILIES))
     while True:
         question, answer = MATH_FAMILIES[family](rng, level)
-        if split_of(question) == "train":
+        if public_split_of(question) == "train":
             break
     expr = math_expression(family, level, question)
     exact = expr is not None and family != "fractions"  # print(expr) shows the answer itself
@@ -307,7 +308,7 @@ PASSAGE_CHARS = 500
 def _search_example(rng: random.Random, hops: int) -> Example:
     while True:
         sample = generate_sample(rng, hops)
-        if split_of(sample.question) == "train":
+        if public_split_of(sample.question) == "train":
             break
     by_id = {
         p.id: {"id": p.id, "title": p.title, "text": cut(p.text, PASSAGE_CHARS)} for p in sample.passages

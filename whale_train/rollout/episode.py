@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 
 from harnesses.base import HANDLE_METHODS, HarnessCallError
+from whale_envs.splits import opaque_id
 from whale_train.config_io import option
 from whale_train.files import replace_lone_surrogates
 from whale_train.llm.base import MAX_STOP_STRINGS, Completion, Request, SamplingParams, ScoreUnsupported
@@ -74,6 +75,19 @@ class EpisodeLimits:
 
 
 _PARAM_KEYS = {"temperature", "top_p", "max_tokens", "stop"}
+
+
+def harness_view(info: dict[str, Any]) -> dict[str, Any]:
+    """What a harness is shown of an env's ``info``: the one place the rule "what is measured stays
+    unseen" (docs/HARNESSES.md) is applied to it. The task's id is replaced by its opaque name under the
+    split key (stable within a run, unrelated to the id, so no function of it tells the task's split);
+    everything else the env chose to show passes as JSON. Every handle call of every harness, trusted or
+    sandboxed, gets its ``info`` through here; ``tests/test_redteam_round4_split.py`` checks, for every
+    registered env, that the view of a task is the same whichever split the env was built on."""
+    shown = jsonable(info)
+    if "task_id" in shown:
+        shown["task_id"] = opaque_id(str(info["task_id"]))
+    return shown
 
 
 class Episode:
@@ -199,7 +213,7 @@ class Episode:
         self._reset_done = True
         obs, info = self.env.reset(seed=self.traj.seed, options={"task_id": self.traj.task_id})
         self.traj.reset_observation = obs
-        return self._done((obs, jsonable(info)))
+        return self._done((obs, harness_view(info)))
 
     def _op_step(self, action: Any) -> Future:
         if not self._reset_done:
@@ -236,7 +250,7 @@ class Episode:
             final = getattr(self.env.unwrapped, "_final_info", None)
             withheld = set(final()) - {"solved"} if callable(final) else set()
             shown = {k: v for k, v in info.items() if k not in withheld}
-        return self._done((obs, float(reward), bool(terminated), bool(truncated), jsonable(shown)))
+        return self._done((obs, float(reward), bool(terminated), bool(truncated), harness_view(shown)))
 
     def _params(self, params: dict[str, Any]) -> SamplingParams:
         unknown = set(params) - _PARAM_KEYS
