@@ -1,0 +1,236 @@
+"""Red team, round 4: the three trusted services an untrusted party talks to.
+
+* the Claude Code relay (``meta_harness.claude_code.ApiRelay``): only the API's own routes and methods
+  go out with the key (TRACE, other methods, dot segments, escapes and query tricks are refused and
+  never reach the upstream); the key is masked in whatever the upstream answers; idle connections cost
+  no thread and do not slow an honest request;
+* the proposer's jail (``meta_harness.jail``): nothing a command starts outlives it (a ``setsid`` loop,
+  a double-fork daemon);
+* ``whale train --resume``: a checkpoint's ``rsft_state.pt`` is read without unpickling code; one that
+  needs more is refused in one line unless ``--trust-state``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from whale_train.meta_harness.claude_code import PLACEHOLDER_KEY, ApiRelay
+
+KEY = "sk-ant-real-key-0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+# ------------------------------------------------------------------------------------------ the relay
+
+
+class Upstream:
+    """A fake API on 127.0.0.1 that records every request it receives and answers each with its
+    own head echoed back (as TRACE would, or an error page quoting the request), after ``delay_s``."""
+
+    def __init__(self, delay_s: float = 0.0):
+        self.delay_s = delay_s
+        self.received: list[bytes] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            self.received.append(data)
+            head = data.partition(b"\r\n\r\n")[0]
+            time.sleep(self.delay_s)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nx-echo-key: " + _header(head, b"x-api-key") + b"\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n" % len(head) + head
+            )
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _header(head: bytes, name: bytes) -> bytes:
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name:
+            return value.strip()
+    return b""
+
+
+def ask(relay: ApiRelay, raw: bytes, timeout: float = 10.0) -> bytes:
+    """Send ``raw`` on the relay's socket (as the jail's forwarder does); the whole answer."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(timeout)
+        s.connect(str(relay.path))
+        s.sendall(raw)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer
+
+
+def request(method: str, target: str, body: bytes = b"{}", extra: str = "") -> bytes:
+    head = (
+        f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:1234\r\nx-api-key: {PLACEHOLDER_KEY}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n{extra}\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+@pytest.fixture
+def upstream():
+    up = Upstream()
+    yield up
+    up.close()
+
+
+def test_the_relay_forwards_the_api_routes_with_the_key_and_masks_it_in_the_answer(upstream):
+    relay = ApiRelay(upstream.url, KEY)
+    try:
+        ok = ask(relay, request("POST", "/v1/messages?beta=true", b'{"model": "m"}'))
+        counted = ask(relay, request("POST", "/v1/messages/count_tokens?beta=true"))
+        models = ask(relay, request("GET", "/v1/models/claude-sonnet-4-5", b""))
+    finally:
+        relay.close()
+    assert all(a.startswith(b"HTTP/1.1 200") for a in (ok, counted, models))
+    sent = [r.partition(b"\r\n")[0] for r in upstream.received]
+    assert sent == [
+        b"POST /v1/messages?beta=true HTTP/1.1",
+        b"POST /v1/messages/count_tokens?beta=true HTTP/1.1",
+        b"GET /v1/models/claude-sonnet-4-5 HTTP/1.1",
+    ]
+    for raw in upstream.received:  # the real key went out, once, the placeholder did not
+        assert _header(raw, b"x-api-key") == KEY.encode() and raw.count(b"x-api-key") == 1
+        assert PLACEHOLDER_KEY.encode() not in raw
+        assert _header(raw, b"accept-encoding") == b"identity" and _header(raw, b"connection") == b"close"
+    # the upstream echoed the key in a header and in the body: masked, lengths kept
+    assert KEY.encode() not in ok and b"*" * len(KEY) in ok and ok.endswith(b"*" * len(KEY))
+    assert relay.requests == [
+        ("POST", "/v1/messages?beta=true"),
+        ("POST", "/v1/messages/count_tokens?beta=true"),
+        ("GET", "/v1/models/claude-sonnet-4-5"),
+    ]
+
+
+REFUSED = [
+    ("TRACE", "/v1/messages"),
+    ("TRACK", "/v1/messages"),
+    ("CONNECT", "/v1/messages"),
+    ("DELETE", "/v1/messages"),
+    ("PUT", "/v1/messages"),
+    ("OPTIONS", "*"),
+    ("GET", "/v1/messages"),
+    ("POST", "/v1/models"),
+    ("POST", "/v1/../../admin/keys"),
+    ("GET", "/v1/../../admin/keys"),
+    ("POST", "/v1/%2e%2e/%2e%2e/admin/keys"),
+    ("POST", "/v1/%2E%2E%2F%2E%2E%2Fadmin%2Fkeys"),
+    ("POST", "/v1/messages%2f..%2f..%2fadmin%2fkeys"),
+    ("POST", "/v1/..%5c..%5cadmin%5ckeys"),
+    ("POST", "/v1\\..\\..\\admin\\keys"),
+    ("POST", "/v1/./messages"),
+    ("POST", "/v1//messages"),
+    ("POST", "/v1/messages/"),
+    ("POST", "/v1/messages;/../../admin/keys"),
+    ("POST", "/v1/messages?beta=true&next=/../../admin/keys"),
+    ("POST", "/v1/messages?/../../admin/keys"),
+    ("POST", "/v1/messages#/../../admin"),
+    ("POST", "/v1/admin/keys"),
+    ("GET", "/v1/organizations/api_keys"),
+    ("GET", "/api/hello"),
+    ("POST", "http://evil.example/v1/messages"),
+    ("GET", "/v1/models/../../admin/keys"),
+    ("GET", "/v1/models/%2e%2e"),
+]
+
+
+def test_trace_other_methods_dot_segments_escapes_and_query_tricks_are_refused_and_never_sent(upstream):
+    relay = ApiRelay(upstream.url, KEY)
+    try:
+        answers = {(m, t): ask(relay, request(m, t)) for m, t in REFUSED}
+        smuggled = {
+            "two lengths": ask(relay, request("POST", "/v1/messages", extra="Content-Length: 5\r\n")),
+            "length and chunks": ask(relay, request("POST", "/v1/messages", extra="Transfer-Encoding: chunked\r\n")),
+            "a folded header": ask(relay, request("POST", "/v1/messages", extra=" x-api-key: more\r\n")),
+            "a bare LF": ask(relay, request("POST", "/v1/messages", extra="a: b\nHost: evil\r\n")),
+            "HTTP/0.9": ask(relay, b"POST /v1/messages\r\n\r\n"),
+            "a space in the target": ask(relay, b"POST /v1/messages /admin HTTP/1.1\r\n\r\n"),
+        }  # fmt: skip
+    finally:
+        relay.close()
+    for what, answer in [*answers.items(), *smuggled.items()]:
+        status = int(answer.split(b" ", 2)[1])
+        assert 400 <= status < 500, (what, answer[:200])
+        assert KEY.encode() not in answer
+    assert int(answers[("TRACE", "/v1/messages")].split(b" ")[1]) == 405
+    assert upstream.received == []  # not one of them went out
+    assert relay.requests == [] and len(relay.refused) == len(answers) + len(smuggled)
+
+
+def _honest(relay: ApiRelay) -> float:
+    start = time.perf_counter()
+    answer = ask(relay, request("POST", "/v1/messages?beta=true"))
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    return time.perf_counter() - start
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_600_idle_connections_take_no_threads_and_an_honest_request_still_goes_through(capsys):
+    """Idle connections (some having sent half a head, as a slow-loris client does) against honest
+    requests to an upstream that takes 50 ms: the honest latency under attack stays within 2x the idle
+    one, the search process's thread count does not grow with the connections, and the relay holds at
+    most ``max_pending`` of them (it closes the oldest)."""
+    up = Upstream(delay_s=0.05)
+    relay = ApiRelay(up.url, KEY)
+    idle_conns: list[socket.socket] = []
+    try:
+        for _ in range(3):
+            _honest(relay)  # warm
+        idle = [_honest(relay) for _ in range(10)]
+        threads_before = _threads()
+        for i in range(600):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(relay.path))
+            if i % 2:
+                s.sendall(b"POST /v1/messa")
+            idle_conns.append(s)
+        time.sleep(0.5)
+        threads_under = _threads()
+        attacked = [_honest(relay) for _ in range(10)]
+        held = len(relay._pending)
+    finally:
+        for s in idle_conns:
+            s.close()
+        relay.close()
+        up.close()
+    idle_ms, attacked_ms = 1000 * statistics.median(idle), 1000 * statistics.median(attacked)
+    with capsys.disabled():
+        print(
+            f"\nrelay: honest request {idle_ms:.1f} ms idle, {attacked_ms:.1f} ms beside 600 idle connections "
+            f"(median of 10 each); threads {threads_before} -> {threads_under}; pending held {held}"
+        )
+    assert threads_under <= threads_before + 2
+    assert held <= relay.max_pending
+    assert attacked_ms <= 2 * idle_ms
