@@ -9,6 +9,8 @@ The run directory::
     ledger.jsonl      one line per event: every unit (RSFT step / harness iteration) with the rollouts it
                       spent and its signals, every phase switch with its reason, every test evaluation
     state.json        where the run stands (written atomically after each unit): what --resume reads
+    splits.json       the split key's fingerprint (whale_envs.splits; never the secret); after the run,
+                      the ids of every test set
     checkpoints/<v>/  model versions (save_pretrained + optimizer state)
     archive/          the harness archive (candidates, scores and traces per model version)
     eval/             test mean@k per (model version, harness)
@@ -40,7 +42,7 @@ from typing import Any, Protocol
 import yaml
 
 from harnesses.loader import HarnessRef, load_harness
-from whale_envs import MATH_ID
+from whale_envs import MATH_ID, splits
 from whale_envs.sandbox import isolation_label
 from whale_envs.tasks import check_split
 from whale_train import distributed
@@ -269,6 +271,34 @@ def eval_task_ids(config: TrainConfig) -> list[list[str]]:
     return out
 
 
+def check_split_secret(run_dir: Path, resume: bool) -> None:
+    """Record the split key's fingerprint in ``splits.json`` (never the secret), or, on ``--resume``,
+    refuse in one line a run whose splits were drawn under another secret (its tasks would change split
+    in the middle of the run)."""
+    path = run_dir / "splits.json"
+    now = splits.fingerprint()
+    if resume and path.exists():
+        then = json.loads(path.read_text()).get("fingerprint")
+        if then != now:
+            raise ValueError(
+                f"{run_dir} drew its splits under split secret {then}, this process has {now}: set "
+                f"{splits.SECRET_ENV} to that run's secret to resume it (docs/HARNESSES.md)"
+            )
+    if not path.exists():
+        atomic_write_text(path, json.dumps({"fingerprint": now}, indent=1) + "\n")
+
+
+def list_test_ids(run_dir: Path, config: TrainConfig) -> None:
+    """After the run, ``splits.json`` lists the ids of every test set, for the user (nothing a harness or a
+    proposer reads is written during the run)."""
+    sets = [
+        {"tasks": kwargs.get("tasks"), "split": kwargs["split"], "ids": ids}
+        for kwargs, ids in zip(config.eval_sets, eval_task_ids(config), strict=True)
+    ]
+    record = {"fingerprint": splits.fingerprint(), "test_sets": sets}
+    atomic_write_text(run_dir / "splits.json", json.dumps(record, indent=1) + "\n")
+
+
 def _comparable(config: TrainConfig) -> Any:
     """What must match for a run to resume: every field, with the defaults of fields added since the run
     started and the evaluation's split as it resolves (``eval.split`` unset is ``test`` of the run's tasks)."""
@@ -362,6 +392,7 @@ class Run:
                     f"{self.dir}/config.yaml differs from the config given: resume with the same config"
                 )
         atomic_write_text(self.dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+        check_split_secret(self.dir, resume)
         self.llm = llm if llm is not None else self._load_llm()
         self.schedule = make_schedule(config.method, config.schedule)
         self.rsft: RSFT | None = None
@@ -750,6 +781,7 @@ class Run:
             ) < self.state.rollouts // int(every):
                 self.evaluate()  # this unit crossed a multiple of eval.every rollouts
             self._save_state()
+        list_test_ids(self.dir, self.config)
         return self.summary()
 
     def _end_phase(self, decision: ScheduleDecision) -> None:

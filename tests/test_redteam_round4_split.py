@@ -1,0 +1,168 @@
+"""Red team, round 4 (issue 48, item 1): the split is not visible.
+
+The attack: a task's split was a public function of its id (a SHA-256), and a harness gets ``task_id`` in
+``info``. A harness could act honestly on the train and harness splits (all that ``whale check`` and the
+search's check draw) and cheat only where the test split is scored; the proposer's jail could list every
+held-out task the same way. Now a split is an HMAC under a secret that no sandbox can read, and a harness
+sees an opaque name for the task (``whale_train.rollout.episode.harness_view``).
+
+Every check here looks at what a real, lint-clean harness is shown through the public rollout path (a spy
+harness that writes what it sees into its action), and asks whether any function of it the attacker can
+compute (the old split rule on the id, on the question or the FEN) tells the test split from the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+
+import whale_envs
+from harnesses.loader import harness_from_source
+from whale_envs import splits
+from whale_envs.tasks import make_source, split_ids
+from whale_train.llm.scripted import ScriptedLLM
+from whale_train.rollout import RolloutConfig, run_rollouts
+from whale_train.check import binomial_tail
+
+SPY = """
+import json
+from harnesses.base import Harness
+
+
+class Spy(Harness):
+    name = "spy"
+
+    def run(self, env, llm):
+        obs, info = env.reset()
+        env.step("answer: " + json.dumps({"obs": obs, "info": info}))
+"""
+
+#: (env, task source) pairs the spy reads: generated sources, so a test is free to ask for many tasks.
+SOURCES = [
+    (whale_envs.MATH_ID, "generated?size=300"),
+    (whale_envs.CHESS_ID, "generated?size=150&difficulty=1"),
+    (whale_envs.SEARCH_QA_ID, "generated?size=150"),
+]
+
+
+def seen_by_harness(env_id: str, tasks: str) -> list[tuple[str, dict]]:
+    """(true task id, what the spy harness was shown at reset) for every task of the source."""
+    env = gym.make(env_id, tasks=tasks, split="all").unwrapped
+    ids = list(env.task_ids)
+    trajs = run_rollouts(
+        harness_from_source(SPY, "spy"),
+        env_id,
+        ScriptedLLM([""]),
+        ids,
+        env_kwargs={"tasks": tasks, "split": "all"},
+        config=RolloutConfig(k=1, seed=0, concurrency=8),
+    )
+    out = []
+    for t in trajs:
+        assert t.steps, t.failure  # the spy stepped once, with what it saw
+        out.append((t.task_id, json.loads(t.steps[0].action.removeprefix("answer: "))))
+    return out
+
+
+def attacker_says_test(view: dict) -> bool:
+    """Everything the round-3 attack computed: the split rule (public SHA-256) of the task id the harness
+    is given, and of the content (question, FEN) that generators keyed their split on."""
+    info = view["info"]
+    texts = [str(info.get("task_id", "")), str(info.get("question", "")), str(info.get("fen", ""))]
+    return any(splits.public_split_of(t) == "test" for t in texts if t)
+
+
+@pytest.fixture(scope="module")
+def views() -> list[tuple[str, dict]]:
+    out = []
+    for env_id, tasks in SOURCES:
+        out += seen_by_harness(env_id, tasks)
+    return out
+
+
+def test_a_harness_guesses_the_test_split_no_better_than_chance(views):
+    """600 tasks of three envs: among the tasks the attack calls "test", the share that really is test
+    is what chance gives (15%); on the old code it was every one of them."""
+    assert len(views) >= 500
+    flagged = [task_id for task_id, view in views if attacker_says_test(view)]
+    hits = sum(splits.split_of(task_id) == "test" for task_id in flagged)
+    share = splits.SPLITS["test"]
+    assert len(flagged) >= 50
+    # one-sided: the attack must not find test tasks more often than a coin with p = 0.15 (alpha 1e-3)
+    assert binomial_tail(len(flagged), hits, share) > 1e-3, (hits, len(flagged))
+    # and the id a harness sees is not the task's id, nor any function of it without the key
+    for task_id, view in views:
+        shown = view["info"]["task_id"]
+        assert shown != task_id and task_id not in json.dumps(view)
+        assert shown == splits.opaque_id(task_id)
+
+
+def test_the_view_of_a_task_is_the_same_whichever_split_the_env_was_built_on():
+    """For every registered env, the harness's view of one task from an env built on its own split and
+    from one built on ``all`` is identical: no field reports the split."""
+    for env_id, tasks in SOURCES:
+        env = gym.make(env_id, tasks=tasks, split="all").unwrapped
+        for split in ("train", "harness", "test"):
+            task_id = next(i for i in env.task_ids if splits.split_of(i) == split)
+            seen = []
+            for built_on in (split, "all"):
+                trajs = run_rollouts(
+                    harness_from_source(SPY, "spy"),
+                    env_id,
+                    ScriptedLLM([""]),
+                    [task_id],
+                    env_kwargs={"tasks": tasks, "split": built_on},
+                    config=RolloutConfig(k=1, seed=0),
+                )
+                seen.append(trajs[0].steps[0].action)
+            assert seen[0] == seen[1], (env_id, split)
+
+
+def test_splits_are_keyed_by_the_secret(monkeypatch, tmp_path):
+    source = make_source("math", "generated?size=2000")
+    ids = list(source.ids())
+    mine = {s: set(split_ids(source, s)) for s in splits.SPLITS}
+    # the old public rule agrees with the keyed one only as often as two independent draws would
+    agree = sum(splits.public_split_of(i) == splits.split_of(i) for i in ids) / len(ids)
+    assert 0.45 < agree < 0.62  # 0.70² + 0.15² + 0.15² = 0.535 for independent splits
+    # another secret, other splits; the same secret, the same splits
+    monkeypatch.setenv(splits.SECRET_ENV, "another team's secret")
+    theirs = {s: set(split_ids(make_source("math", "generated?size=2000"), s)) for s in splits.SPLITS}
+    assert theirs["test"] != mine["test"]
+    assert len(theirs["test"] & mine["test"]) < 0.4 * len(mine["test"])
+    monkeypatch.setenv(splits.SECRET_ENV, "whale-tests")
+    assert set(split_ids(make_source("math", "generated?size=2000"), "test")) == mine["test"]
+    # without the variable: the user's secret file, made once (mode 0600) and read after that
+    monkeypatch.delenv(splits.SECRET_ENV)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    first = splits.fingerprint()
+    secret = tmp_path / "whale" / "split-secret"
+    assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_bytes()) == 64
+    assert splits.fingerprint() == first != splits.fingerprint(splits._key("whale-tests", ""))
+
+
+def test_the_jail_cannot_list_or_rebuild_the_held_out_tasks(tmp_path):
+    """What the proposer's jail has (the SDK, a clean environment, a HOME of its own, no secret) lists a
+    "test" split that overlaps the real one only by chance, and rebuilds generated chess tasks that are
+    not the run's (a generated task's content is drawn under the key too)."""
+    code = (
+        "import json, whale_envs\n"
+        "from whale_envs.tasks import make_source, split_ids\n"
+        "s = make_source('math', 'generated?size=2000')\n"
+        "c = make_source('chess', 'generated?size=40&difficulty=1')\n"
+        "print(json.dumps([split_ids(s, 'test'), [c.get(i).payload.fen for i in c.ids()]]))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    listed, fens = json.loads(out.stdout)
+    real = set(split_ids(make_source("math", "generated?size=2000"), "test"))
+    overlap = len(set(listed) & real)
+    assert overlap < 0.35 * len(real), (overlap, len(real))  # chance is 15%; the old rule gave 100%
+    chess = make_source("chess", "generated?size=40&difficulty=1")
+    held_out = [i for i in chess.ids() if splits.split_of(i) != "train"]
+    rebuilt = set(fens)
+    assert held_out and sum(chess.get(i).payload.fen in rebuilt for i in held_out) < 0.5 * len(held_out)
