@@ -91,8 +91,12 @@ $(CLAUDE_CODE_DIR)/.installed: Makefile
 	node $(CLAUDE_CODE_DIR)/node_modules/@anthropic-ai/claude-code/cli.js --version | grep -q '^$(CLAUDE_CODE_VERSION) '
 	touch $@
 
+# The demo draws its splits under a published secret (whale_envs.splits), so the README's numbers come out
+# the same on every machine; a run of your own uses your own secret (docs/HARNESSES.md).
+DEMO_SPLIT_SECRET ?= whale-demo
+
 demo: $(VENV)/.installed-base
-	$(BIN)/whale train demo --out runs/demo $(if $(wildcard runs/demo/state.json),--resume)
+	WHALE_SPLIT_SECRET=$(DEMO_SPLIT_SECRET) $(BIN)/whale train demo --out runs/demo $(if $(wildcard runs/demo/state.json),--resume)
 
 lint: install
 	$(BIN)/ruff check .
