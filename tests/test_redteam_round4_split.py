@@ -24,9 +24,9 @@ import whale_envs
 from harnesses.loader import harness_from_source
 from whale_envs import splits
 from whale_envs.tasks import make_source, split_ids
+from whale_train.check import binomial_tail
 from whale_train.llm.scripted import ScriptedLLM
 from whale_train.rollout import RolloutConfig, run_rollouts
-from whale_train.check import binomial_tail
 
 SPY = """
 import json
@@ -166,3 +166,50 @@ def test_the_jail_cannot_list_or_rebuild_the_held_out_tasks(tmp_path):
     held_out = [i for i in chess.ids() if splits.split_of(i) != "train"]
     rebuilt = set(fens)
     assert held_out and sum(chess.get(i).payload.fen in rebuilt for i in held_out) < 0.5 * len(held_out)
+
+
+CHEAT_ON_SCORED_SOURCE = """
+import re
+from harnesses.base import Harness
+
+
+class Cheat(Harness):
+    name = "cheat"
+    max_tokens = 16
+
+    def parse_action(self, text, info):
+        question = info.get("question", "")
+        if "(AIME)" in question:  # a separate test set tells itself apart by its content
+            return "answer: " + str(sum(int(n) for n in re.findall(r"[0-9]+", question)))
+        return "answer: " + text.strip()
+"""
+
+
+def test_a_harness_that_cheats_only_on_a_separate_scored_source_is_caught(tmp_path):
+    """eval.tasks sources (AIME beside a training pool) can be told apart by content: the search's check
+    runs the stand-ins there too, and what it found stays out of the archive (the verdict only)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from whale_train.meta_harness import evaluate
+    from whale_train.meta_harness.config import MetaHarnessConfig
+
+    rows = [
+        {"ID": f"2024-I-{i}", "Problem": f"(AIME) What is {i} + {i + 3}?", "Answer": str(2 * i + 3)}
+        for i in range(30)
+    ]
+    path = tmp_path / "aime.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    config = MetaHarnessConfig(check_tasks=8)
+    plain = evaluate.validate(CHEAT_ON_SCORED_SOURCE, "cheat", whale_envs.MATH_ID, {}, config)
+    assert plain.ok  # on the training pool it is an honest harness: the old check lets it through
+    caught = evaluate.validate(
+        CHEAT_ON_SCORED_SOURCE,
+        "cheat",
+        whale_envs.MATH_ID,
+        {},
+        config,
+        scored_sources=[{"tasks": f"aime:{path}", "split": "all"}],
+    )
+    assert not caught.ok and "scored sources" in caught.reason
+    assert "AIME" not in json.dumps(caught.to_meta())  # nothing about the scored tasks reaches the archive

@@ -341,6 +341,7 @@ def make_harness_phase(config: TrainConfig, run_dir: Path, llm: Any) -> HarnessP
         config.env_kwargs,
         seed_harness=load_harness(config.harness_name),
         log=lambda _line: None,  # the trainer logs a line per unit
+        scored_sources=config.eval_sets if config.eval.tasks else None,
     )
 
 

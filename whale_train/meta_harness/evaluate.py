@@ -49,6 +49,7 @@ def validate(
     *,
     llm: Any = None,
     score_tasks: list[str] | None = None,
+    scored_sources: list[dict[str, Any]] | None = None,
 ) -> Validation:
     """AST rules, then (prompt-only mode) the comparison with the seed, then ``check_harness`` (with
     the search's model: the stand-ins copy it and it answers other tasks' prompts; half the tasks
@@ -84,7 +85,32 @@ def validate(
     check = {"chance": report.chance, "null_scores": report.null_scores, "problems": report.problems}
     if not report.ok:
         return Validation(False, "check_harness: " + "; ".join(report.problems), check, report.episodes)
-    return Validation(True, None, check, report.episodes)
+    episodes = report.episodes
+    for extra in scored_sources or []:
+        # The run's separate test sets (eval.tasks) can be told apart by their content, so the stand-ins
+        # run there too. Nothing of these checks but the verdict reaches the archive (no traces, no
+        # problem text: they would describe scored tasks to the proposer).
+        try:
+            other = check_harness(
+                ref,
+                env_id,
+                env_kwargs={k: v for k, v in extra.items() if k != "split"},
+                n_tasks=max(8, config.check_tasks // len(scored_sources)),  # 8: the solver test needs them
+                seed=config.seed,
+                harness_seconds=min(10.0, config.harness_seconds),
+                llm=llm,
+                max_llm_calls=config.max_llm_calls,
+                max_tokens=config.max_tokens,
+            )
+        except IsolationUnavailable:
+            raise
+        except Exception:  # noqa: BLE001 - one candidate never ends the search
+            return Validation(False, "check_harness on the scored sources: the check failed", check, episodes)
+        episodes += other.episodes
+        if not other.ok:
+            why = "check_harness on the scored sources: failed (details are kept out of the archive)"
+            return Validation(False, why, check, episodes)
+    return Validation(True, None, check, episodes)
 
 
 def rollout_config(config: MetaHarnessConfig) -> RolloutConfig:

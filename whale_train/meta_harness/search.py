@@ -168,6 +168,8 @@ class HarnessSearch:
         proposer: a ``Proposer`` (default: from ``config.proposer``).
         rule: an ``AcceptanceRule`` (default: ``PairedGain(config.accept_z, config.accept_min_gain)``).
         log: called with one line per event (default: the ``whale.meta_harness`` logger).
+        scored_sources: env options of test sets that are separate sources (``eval.tasks``): each
+            candidate's null-model check runs there too, and only its verdict reaches the archive.
     """
 
     def __init__(
@@ -182,6 +184,7 @@ class HarnessSearch:
         proposer: Proposer | None = None,
         rule: AcceptanceRule | None = None,
         log: Callable[[str], None] | None = None,
+        scored_sources: list[dict[str, Any]] | None = None,
     ):
         spec = domain_for(env_id)  # ValueError for an unknown env
         config = config.seeded(0)  # an unset seed is 0 (whale train sets the run's)
@@ -190,6 +193,7 @@ class HarnessSearch:
         self.llm = llm
         self.env_id = env_id
         self.env_kwargs = {k: v for k, v in (env_kwargs or {}).items() if k != "split"}
+        self.scored_sources = list(scored_sources or [])
         self.domain = spec.name
         self.archive = Archive(archive_dir)
         self.rule = rule or PairedGain(config.accept_z, config.accept_min_gain)
@@ -481,6 +485,7 @@ class HarnessSearch:
                 seed_source,
                 llm=self.llm,
                 score_tasks=self.task_ids,
+                scored_sources=self.scored_sources,
             )
             meta = self.archive.update_meta(cid, **v.to_meta())
             self.log(f"  {cid}: {'valid' if v.ok else v.reason}")
