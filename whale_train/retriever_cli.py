@@ -14,6 +14,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+#: whale_envs.search.server.Limits' defaults, written out so that building the parser imports no env
+#: (a test checks they agree).
+SERVER_LIMITS = {
+    "max_body": 1 << 20,
+    "max_queries": 4096,
+    "max_topk": 100,
+    "max_hits": 16384,
+    "max_reply_bytes": 16 << 20,
+    "head_timeout": 10.0,
+    "body_timeout": 30.0,
+    "max_connections": 1024,
+    "queue_wait_s": 1.0,
+}
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -55,6 +69,60 @@ def add_parser(subparsers) -> None:
     s.add_argument("--max-batch", type=int, default=64, help="queries per backend call across requests")
     s.add_argument("--nprobe", type=int, default=None, help="IVF lists visited per query (recall vs speed)")
     s.add_argument("--device", default="cpu", help="torch device of the query encoder")
+    d = argparse.Namespace(**SERVER_LIMITS)
+    limits = s.add_argument_group(
+        "limits", "what one client may cost the server; a request over a cap gets a one-line 4xx error"
+    )
+    limits.add_argument(
+        "--max-body", type=int, default=d.max_body, help=f"request body bytes (default {d.max_body})"
+    )
+    limits.add_argument(
+        "--max-queries",
+        type=int,
+        default=d.max_queries,
+        help=f"queries in one request (default {d.max_queries}; Search-R1 sends a rollout batch at once)",
+    )
+    limits.add_argument(
+        "--max-topk", type=int, default=d.max_topk, help=f"passages per query (default {d.max_topk})"
+    )
+    limits.add_argument(
+        "--max-hits",
+        type=int,
+        default=d.max_hits,
+        help=f"queries x topk in one request (default {d.max_hits})",
+    )
+    limits.add_argument(
+        "--max-reply-bytes",
+        type=int,
+        default=d.max_reply_bytes,
+        help=f"bytes of one reply (default {d.max_reply_bytes}, 16 MiB)",
+    )
+    limits.add_argument(
+        "--head-timeout",
+        type=float,
+        default=d.head_timeout,
+        help=f"seconds for a request line and headers to arrive; also closes idle keep-alive "
+        f"connections (default {d.head_timeout:g})",
+    )
+    limits.add_argument(
+        "--body-timeout",
+        type=float,
+        default=d.body_timeout,
+        help=f"seconds for a request body to arrive and for a reply to be sent (default {d.body_timeout:g})",
+    )
+    limits.add_argument(
+        "--max-connections",
+        type=int,
+        default=d.max_connections,
+        help=f"connections served at once, one thread each (default {d.max_connections})",
+    )
+    limits.add_argument(
+        "--queue-wait",
+        type=float,
+        default=d.queue_wait_s,
+        help=f"seconds a connection over --max-connections waits for a slot before a 503 "
+        f"(default {d.queue_wait_s:g})",
+    )
     s.set_defaults(func=cmd_serve)
 
 
@@ -117,15 +185,29 @@ def make_backend(corpus_path: str, index: str | None, *, nprobe: int | None = No
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from whale_envs.search.dense import DenseIndexError
-    from whale_envs.search.server import RetrievalServer
+    from whale_envs.search.server import Limits, RetrievalServer
     from whale_train.cli_common import CLIError, console
 
+    try:
+        limits = Limits(
+            max_body=args.max_body,
+            max_queries=args.max_queries,
+            max_topk=args.max_topk,
+            max_hits=args.max_hits,
+            max_reply_bytes=args.max_reply_bytes,
+            head_timeout=args.head_timeout,
+            body_timeout=args.body_timeout,
+            max_connections=args.max_connections,
+            queue_wait_s=args.queue_wait,
+        )
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
     try:
         backend = make_backend(args.corpus, args.index, nprobe=args.nprobe, device=args.device)
     except DenseIndexError as exc:
         raise CLIError(str(exc)) from None
     try:
-        server = RetrievalServer(backend, args.host, args.port, max_batch=args.max_batch)
+        server = RetrievalServer(backend, args.host, args.port, limits=limits, max_batch=args.max_batch)
     except OSError as exc:
         raise CLIError(f"cannot listen on {args.host}:{args.port}: {exc}") from None
     console.print(f"serving {backend.name} retrieval over {len(backend)} passages at {server.url}")
