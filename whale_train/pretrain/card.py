@@ -170,8 +170,8 @@ def render_card(info: dict[str, Any]) -> str:
         f"{cfg['lr'] * cfg['min_lr_ratio']:.0e}, weight decay {cfg['weight_decay']}, ~{cfg['batch_tokens']} "
         f"tokens per step, gradient clip 1.0; prompt tokens weigh {cfg['prompt_loss_weights']} in the loss.",
         f"- Data mix (share of examples): {cfg['mix']}; chess levels {cfg['chess_levels']}; math levels "
-        f"{cfg['math_levels']} (all four families); search hops {cfg['search_hops']}. Only content in "
-        f"the *train* split of the envs' hash split is used.",
+        f"{cfg['math_levels']} (all four families); search hops {cfg['search_hops']}. Only content whose "
+        "unkeyed hash (`public_split_of`) is in the train share is used.",
         f"- Model: hidden {model['hidden_size']}, {model['layers']} layers, "
         f"{model['heads']}/{model['kv_heads']} attention/KV heads, MLP {model['intermediate_size']}, tied "
         f"embeddings; tokenizer: byte-level BPE, {model['vocab_size']} tokens, digits split, ChatML.",
