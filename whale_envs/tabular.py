@@ -18,6 +18,13 @@ naming the file (and the row where there is one).
 
 ``pyarrow`` reads parquet (it comes with ``datasets``); ``zstandard`` reads ``.zst``. Both are imported
 only when such a file is read, with a clear error when missing.
+
+Size caps, enforced while reading (before the memory is spent), each a one-line error naming the file
+and line: a line (row) of JSON Lines or CSV over :data:`~whale_envs.tasks.MAX_ROW_CHARS` (1 MiB of
+characters; ``WHALE_MAX_ROW_CHARS``); a ``.gz`` / ``.zst`` file that decompresses to more than
+:func:`max_decompressed_bytes` (64 MiB or 50 times the compressed file, whichever is larger;
+``WHALE_MAX_DECOMPRESSED_BYTES``), and a parquet file whose row groups' uncompressed size passes the
+same cap. A CSV field over the ``csv`` module's 128 KiB field limit is such an error too.
 """
 
 from __future__ import annotations
@@ -35,9 +42,56 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whale_envs.tasks import TaskSourceError, json_lines
+from whale_envs.tasks import TaskSourceError, capped_lines, json_lines
 
 Row = tuple[int, str, dict[str, Any]]
+
+#: The least decompressed size a ``.gz`` / ``.zst`` file may reach (:func:`max_decompressed_bytes`).
+MIN_DECOMPRESSED_CAP = 64 << 20
+#: ... and the compression ratio allowed beyond it (text and JSON compress 3-10x; a bomb 1000x).
+MAX_COMPRESSION_RATIO = 50
+
+
+def max_decompressed_bytes(path: Path) -> int:
+    """How many bytes a compressed ``path`` may decompress to: ``$WHALE_MAX_DECOMPRESSED_BYTES`` when
+    set, else :data:`MIN_DECOMPRESSED_CAP` or :data:`MAX_COMPRESSION_RATIO` times its size, the larger."""
+    value = os.environ.get("WHALE_MAX_DECOMPRESSED_BYTES", "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise TaskSourceError(f"WHALE_MAX_DECOMPRESSED_BYTES must be a positive integer, got {value!r}")
+        return int(value)
+    return max(MIN_DECOMPRESSED_CAP, MAX_COMPRESSION_RATIO * path.stat().st_size)
+
+
+class _CappedReader(io.RawIOBase):
+    """A decompressing stream that fails, naming the file and line, once it has given ``cap`` bytes."""
+
+    def __init__(self, inner: Any, path: Path, cap: int):
+        self.inner, self.path, self.cap = inner, path, cap
+        self.total = 0
+        self.lines = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.inner.read(len(buffer))
+        n = len(data)
+        if self.total + n > self.cap:
+            line = self.lines + data[: self.cap - self.total].count(b"\n") + 1
+            raise TaskSourceError(
+                f"{self.path}, line {line}: decompresses to over {self.cap} bytes (the cap for a "
+                f"{self.path.stat().st_size}-byte file; decompress it first, or set WHALE_MAX_DECOMPRESSED_BYTES)"
+            )
+        self.total += n
+        self.lines += data.count(b"\n")
+        buffer[:n] = data
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self.inner.close()
+        super().close()
 
 
 def base_suffix(path: Path) -> str:
@@ -49,7 +103,8 @@ def open_text(path: Path) -> io.TextIOBase:
     """A text stream of ``path``, decompressing ``.gz`` and ``.zst`` on the fly (streamed, never whole)."""
     suffix = path.suffix.lower()
     if suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+        capped = _CappedReader(gzip.open(path, "rb"), path, max_decompressed_bytes(path))
+        return io.TextIOWrapper(io.BufferedReader(capped), encoding="utf-8", newline="")
     if suffix == ".zst":
         try:
             import zstandard
@@ -59,7 +114,8 @@ def open_text(path: Path) -> io.TextIOBase:
             ) from None
         raw = open(path, "rb")  # noqa: SIM115 (closed with the wrapper)
         reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
-        return io.TextIOWrapper(reader, encoding="utf-8", newline="")
+        capped = _CappedReader(reader, path, max_decompressed_bytes(path))
+        return io.TextIOWrapper(io.BufferedReader(capped), encoding="utf-8", newline="")
     return open(path, encoding="utf-8", newline="")
 
 
@@ -73,6 +129,14 @@ def read_parquet(path: Path) -> Iterator[Row]:
         ) from None
     try:
         table = pq.ParquetFile(path)
+        meta = table.metadata
+        size = sum(meta.row_group(i).total_byte_size or 0 for i in range(meta.num_row_groups))
+        cap = max_decompressed_bytes(path)
+        if size > cap:  # checked from the footer, before a row group is decoded
+            raise TaskSourceError(
+                f"{path}: its rows decompress to {size} bytes, over the cap of {cap} for a "
+                f"{path.stat().st_size}-byte file (set WHALE_MAX_DECOMPRESSED_BYTES to read it)"
+            )
         batches = table.iter_batches(batch_size=4096)
         row = 0
         for batch in batches:
@@ -105,9 +169,23 @@ def read_json(path: Path) -> Iterator[Row]:
 
 def read_csv(path: Path) -> Iterator[Row]:
     with open_text(path) as fh:
-        reader = csv.DictReader(fh)
-        for row_no, record in enumerate(reader, start=2):  # row 1 is the header
-            yield row_no, f"{path}, row {row_no}", dict(record)
+        yield from csv_records(csv.DictReader(capped_lines(fh, str(path))), path)
+
+
+def csv_records(reader: csv.DictReader, path: Path) -> Iterator[Row]:
+    """The records of a ``csv.DictReader`` (over :func:`~whale_envs.tasks.capped_lines` of ``path``):
+    a malformed row or a field over the ``csv`` module's limit is a TaskSourceError naming file and row."""
+    row_no = 1  # row 1 is the header
+    records = iter(reader)
+    while True:
+        try:
+            record = next(records)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise TaskSourceError(f"{path}, row {row_no + 1}: not a readable CSV row: {exc}") from None
+        row_no += 1
+        yield row_no, f"{path}, row {row_no}", dict(record)
 
 
 def _as_object(record: Any, where: str) -> dict[str, Any]:

@@ -89,9 +89,43 @@ def existing(path: str | Path, what: str, *, folder_ok: bool = False) -> Path:
     return p
 
 
+#: The longest line (row) a task file may have, in characters: 1 MiB, 250x the longest row of the
+#: bundled JSON Lines files (MATH-500, 4.1 KB). ``WHALE_MAX_ROW_CHARS`` sets another.
+MAX_ROW_CHARS = 1 << 20
+
+
+def max_row_chars() -> int:
+    """:data:`MAX_ROW_CHARS`, or ``$WHALE_MAX_ROW_CHARS`` when set."""
+    value = os.environ.get("WHALE_MAX_ROW_CHARS", "").strip()
+    if not value:
+        return MAX_ROW_CHARS
+    if not value.isdigit() or int(value) < 1:
+        raise TaskSourceError(f"WHALE_MAX_ROW_CHARS must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def capped_lines(stream: Any, where: str, max_chars: int | None = None) -> Iterator[str]:
+    """The lines of a text ``stream`` (named ``where`` in messages), each read ``max_chars + 1``
+    characters at most: a longer line is a ``TaskSourceError`` naming the file and line, raised before
+    the rest of it is read (a 100 MB row in a 100 KB ``.gz`` costs a megabyte, not 400)."""
+    cap = max_row_chars() if max_chars is None else max_chars
+    line_no = 0
+    while line := stream.readline(cap + 1):
+        line_no += 1
+        if len(line) > cap and not line.endswith("\n"):
+            raise TaskSourceError(
+                f"{where}, line {line_no}: longer than {cap} characters (the row cap; "
+                "WHALE_MAX_ROW_CHARS raises it)"
+            )
+        yield line
+
+
 def json_lines(lines: Iterable[str], where: str) -> Iterator[tuple[int, Any]]:
     """(line number, value) for every non-blank line of a JSON Lines file (``lines``, named ``where`` in
-    messages); a line that is not JSON is a ``TaskSourceError`` naming the file and the line."""
+    messages); a line that is not JSON, or one over the row cap (:func:`capped_lines`, when ``lines`` is
+    a stream), is a ``TaskSourceError`` naming the file and the line."""
+    if hasattr(lines, "readline"):
+        lines = capped_lines(lines, where)
     for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue

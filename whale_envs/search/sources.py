@@ -41,7 +41,6 @@ A source built from the same files is built once per process and shared, corpus 
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import json
 from collections.abc import Callable, Iterable, Iterator
@@ -50,8 +49,16 @@ from typing import Any
 
 from whale_envs.data import bundled_path
 from whale_envs.search.corpus import Corpus, Passage, SearchQuestion, unique_ids
-from whale_envs.tabular import hf_cache_dirs, is_hub_name, nested, read_rows, user_prompt
-from whale_envs.tasks import ListSource, Task, TaskSourceError, existing, json_lines
+from whale_envs.tabular import (
+    csv_records,
+    hf_cache_dirs,
+    is_hub_name,
+    nested,
+    open_text,
+    read_rows,
+    user_prompt,
+)
+from whale_envs.tasks import ListSource, Task, TaskSourceError, capped_lines, existing, json_lines
 
 HOTPOT_SAMPLES = {
     "train": "hotpotqa_train_sample100.json",
@@ -74,8 +81,9 @@ def _file_key(path: Path) -> tuple:
 
 
 def _open_text(path: Path) -> io.TextIOBase:
+    """The text of ``path``, a ``.gz`` decompressed on the fly under the decompressed-size cap."""
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+        return open_text(path)
     return open(path, encoding="utf-8")
 
 
@@ -173,13 +181,17 @@ def load_corpus(path: str | Path) -> Corpus:
     rows: list[tuple[str | None, str, str]] = []
     if suffix == ".tsv":
         with _open_text(file) as fh:
-            reader = csv.DictReader(fh, delimiter="\t")
-            if "text" not in (reader.fieldnames or []):
+            reader = csv.DictReader(capped_lines(fh, str(file)), delimiter="\t")
+            try:
+                fieldnames = reader.fieldnames
+            except csv.Error as exc:
+                raise TaskSourceError(f"{file}, row 1: not a readable TSV header: {exc}") from None
+            if "text" not in (fieldnames or []):
                 raise TaskSourceError(
                     f"{file}: a TSV corpus needs a header with a 'text' column (and 'title', 'id')"
                 )
-            for row_no, row in enumerate(reader, start=2):
-                rows.append(_passage_record(row, f"{file}, row {row_no}"))
+            for _, where, row in csv_records(reader, file):
+                rows.append(_passage_record(row, where))
     elif suffix == ".json" and _json_is_object(file):
         with _open_text(file) as fh:
             data = json.load(fh)
