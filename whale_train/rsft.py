@@ -588,16 +588,16 @@ class RSFT:
             self.trainer, path, {"steps_done": self.steps_done, "stream": self.stream.position}
         )
 
-    def restore(self, path: Path) -> None:
+    def restore(self, path: Path, trust: bool = False) -> bool:
         """Load the weights, optimizer state and stream position saved by ``save``, in place (the rollout
-        backend and the optimizer keep their parameter objects)."""
-        import torch
-
+        backend and the optimizer keep their parameter objects). The state file is read as
+        :func:`load_state` reads it (``trust``: ``--trust-state``); True when it was unpickled in full."""
         load_checkpoint(self.trainer.model, Path(path))
-        extra = torch.load(Path(path) / "rsft_state.pt", weights_only=False)
+        extra, unpickled = load_state(path, trust)
         self.trainer.optimizer_state = extra["optimizer"]  # loaded by the optimizer of the next step
         self.steps_done = int(extra["steps_done"])
         self.stream.position = int(extra["stream"])
+        return unpickled
 
     def phase(self, steps: int, on_step=None) -> list[StepReport]:
         reports = []
@@ -629,6 +629,38 @@ def save_checkpoint(trainer: Any, path: Path, extra: dict[str, Any] | None = Non
         trainer.tokenizer.save_pretrained(path)
     torch.save({"optimizer": trainer.full_optimizer_state(), **(extra or {})}, path / "rsft_state.pt")
     return path
+
+
+#: The ``whale train`` flag that lets a resume unpickle a state file that needs more than tensors.
+TRUST_STATE_FLAG = "--trust-state"
+
+
+class UntrustedState(ValueError):
+    """A checkpoint's ``rsft_state.pt`` that only a full unpickle reads (refused without the flag)."""
+
+
+def load_state(path: Path, trust: bool = False) -> tuple[dict[str, Any], bool]:
+    """The ``rsft_state.pt`` of checkpoint folder ``path``, read with ``weights_only=True``: tensors and
+    plain values only, so nothing written in the file runs here (a run folder may come from anyone).
+    A file that needs more (pickled objects: an older or a hostile one) raises :class:`UntrustedState`
+    (one line naming the file and the flag) unless ``trust`` (``--trust-state``): then it is unpickled
+    in full. Returns ``(state, unpickled_in_full)``."""
+    import pickle
+
+    import torch
+
+    file = Path(path) / "rsft_state.pt"
+    try:
+        return torch.load(file, weights_only=True), False
+    except pickle.UnpicklingError:
+        if not trust:
+            raise UntrustedState(
+                f"{file} holds more than tensors and plain values, and loading it would unpickle it, "
+                f"which runs code written in the file: resume with {TRUST_STATE_FLAG} only if you trust "
+                "whoever wrote this run folder"
+            ) from None
+    log.warning("%s: unpickled in full (%s)", file, TRUST_STATE_FLAG)
+    return torch.load(file, weights_only=False), True
 
 
 def load_checkpoint(model: Any, path: Path) -> None:

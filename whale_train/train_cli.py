@@ -43,6 +43,13 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="continue the run in --out (which must exist; an existing folder without a run starts one)",
     )
+    p.add_argument(
+        "--trust-state",
+        action="store_true",
+        help="with --resume: load a checkpoint's rsft_state.pt even when it needs a full unpickle (an older "
+        "format), which runs code written in it; only for a run folder you trust (recorded in "
+        "trusted_state.log)",
+    )
     p.add_argument("--no-report", action="store_true", help="do not write report.md and plots at the end")
     p.add_argument(
         "--eval-cache",
@@ -86,7 +93,7 @@ def _train_config(args) -> TrainConfig:
         raise CLIError(str(exc)) from None
 
 
-def follow_run(config: TrainConfig) -> int:
+def follow_run(config: TrainConfig, trust_state: bool = False) -> int:
     """``whale train`` on a rank other than 0 under ``accelerate launch``: the training model and
     ``rsft.RSFTUpdater`` exactly as rank 0 builds them, then ``distributed.follow`` until rank 0 stops; a
     resume loads the checkpoint as ``RSFT.restore`` does (``from_pretrained``, PEFT's loader for LoRA)."""
@@ -94,7 +101,7 @@ def follow_run(config: TrainConfig) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from whale_train.llm import default_model
-    from whale_train.rsft import RSFTUpdater, load_checkpoint
+    from whale_train.rsft import RSFTUpdater, load_checkpoint, load_state
 
     path = config.model or default_model()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -105,8 +112,7 @@ def follow_run(config: TrainConfig) -> int:
 
     def load(checkpoint) -> None:
         load_checkpoint(trainer.model, Path(checkpoint))
-        extra = torch.load(Path(checkpoint) / "rsft_state.pt", weights_only=False)
-        trainer.optimizer_state = extra["optimizer"]
+        trainer.optimizer_state = load_state(Path(checkpoint), trust_state)[0]["optimizer"]
 
     try:
         distributed.follow(trainer, load=load)
@@ -140,7 +146,7 @@ def cmd_train(args) -> int:
             f"--resume: {out} does not exist, so there is no run to resume; drop --resume to start one"
         )
     if not distributed.is_main():  # accelerate launch: this rank only trains, on rank 0's examples
-        return follow_run(config)
+        return follow_run(config, args.trust_state)
     try:
         # user errors in the config surface here, before the run directory is made
         make_env(config.env, config.tasks, "train", **config.env_options)
@@ -158,6 +164,7 @@ def cmd_train(args) -> int:
                 log=_plain(console),
                 progress=progress_bar,
                 eval_cache=args.eval_cache,
+                trust_state=args.trust_state,
             )
         except (FileExistsError, ValueError, ImportError) as exc:
             raise CLIError(str(exc)) from None

@@ -361,10 +361,12 @@ class Run:
         log=print,
         progress=None,
         eval_cache: str | Path | None = None,
+        trust_state: bool = False,
     ):
         from whale_train.eval_cache import EvalCache
 
         self.config = config
+        self.trust_state = trust_state  # --trust-state: a resume may unpickle an older rsft_state.pt
         self.dir = Path(run_dir)
         # evaluations shared with other runs (whale compare's grid): see whale_train.eval_cache
         self.eval_cache = EvalCache(eval_cache) if eval_cache else None
@@ -540,7 +542,12 @@ class Run:
             setattr(self.state, key, value)
         _truncate_lines(self.dir / "ledger.jsonl", self.ledger_lines)  # drop events of an unfinished unit
         if state.get("resume_from"):
-            self._rsft().restore(self.dir / "checkpoints" / state["resume_from"])
+            checkpoint = self.dir / "checkpoints" / state["resume_from"]
+            if self._rsft().restore(checkpoint, trust=self.trust_state):  # recorded in the run
+                note = f"{checkpoint / 'rsft_state.pt'} unpickled in full under --trust-state"
+                with open(self.dir / "trusted_state.log", "a", encoding="utf-8") as fh:
+                    fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {note}\n")
+                self.log(note)
             if isinstance(self.rsft.trainer, distributed.DistributedUpdater):
                 self.rsft.trainer.load(self.dir / "checkpoints" / state["resume_from"])
             if self.rsft.pushes:  # vLLM, or a rollout copy: the engine gets the restored weights
