@@ -234,3 +234,218 @@ def test_600_idle_connections_take_no_threads_and_an_honest_request_still_goes_t
     assert threads_under <= threads_before + 2
     assert held <= relay.max_pending
     assert attacked_ms <= 2 * idle_ms
+
+
+# ------------------------------------------------------------------------------------------- the jail
+
+
+def _alive_with(marker: str) -> list[int]:
+    """Pids (seen from this, the trusted, side) of live processes whose command line holds ``marker``."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = Path(entry.path, "cmdline").read_bytes()
+            state = Path(entry.path, "stat").read_bytes().rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker.encode() in cmdline and state not in (b"Z", b"X"):
+            pids.append(int(entry.name))
+    return pids
+
+
+DAEMON = """
+import os, sys, time
+if os.fork():
+    sys.exit(0)
+os.setsid()
+if os.fork():
+    sys.exit(0)
+os.closerange(0, 3)
+while True:
+    time.sleep(0.1)
+"""
+
+
+@pytest.fixture
+def jail(tmp_path):
+    from whale_envs.sandbox import isolation_problem
+    from whale_train.meta_harness.jail import JailLimits, ProposerJail
+
+    problem = isolation_problem(True)
+    if problem:
+        pytest.skip(f"the jail needs namespaces: {problem}")
+    (tmp_path / "archive").mkdir()
+    j = ProposerJail(tmp_path / "archive", JailLimits(wall_s=20, cpu_s=20))
+    yield j
+    j.close()
+
+
+def test_nothing_a_command_starts_outlives_it(jail):
+    tag = f"whale-redteam-{os.getpid()}"
+    jail.put("daemon.py", DAEMON)
+    loop = f"setsid sh -c 'while :; do sleep 0.1; done' {tag}-loop >/dev/null 2>&1 </dev/null &"
+    burner = (
+        f"setsid sh -c 'while :; do sh -c \"while :; do :; done\" {tag}-burn & sleep 0.2; done' {tag}-burners"
+    )
+    command = f"{loop} {burner} >/dev/null 2>&1 </dev/null & python daemon.py {tag}-daemon; sleep 0.5"
+    command += f"; grep -l {tag} /proc/[0-9]*/cmdline 2>/dev/null | wc -l"
+    result = jail.run(command)
+    assert result.ok, result.observation()
+    assert int(result.output.split()[-1]) >= 4  # they were running inside while the command ran
+    assert _alive_with(tag) == []  # and none is left once it returned
+    time.sleep(1.0)
+    assert _alive_with(tag) == []  # nor comes back (no burner is started again)
+    # the jail itself goes on, and a command sees nothing of the previous one
+    listing = "import os; me = {os.getpid(), os.getppid()}; print([p for p in os.listdir('/proc') if p.isdigit() and int(p) not in me])"  # fmt: skip
+    again = jail.run(f'python -c "{listing}"')
+    left = eval(again.output)  # the jail's init and its server (and this command's shell), nothing else
+    assert again.ok and "1" in left and len(left) <= 2, again.output
+
+
+def test_a_detached_process_ends_with_a_command_that_hits_its_wall_limit(tmp_path):
+    from whale_envs.sandbox import isolation_problem
+    from whale_train.meta_harness.jail import JailLimits, ProposerJail
+
+    if isolation_problem(True):
+        pytest.skip("the jail needs namespaces")
+    tag = f"whale-redteam-wall-{os.getpid()}"
+    (tmp_path / "archive").mkdir()
+    with ProposerJail(tmp_path / "archive", JailLimits(wall_s=1.5, cpu_s=20)) as jail:
+        jail.put("daemon.py", DAEMON)
+        result = jail.run(f"python daemon.py {tag}; setsid sh -c 'sleep 100' {tag} & sleep 100")
+        assert result.limit == "wall"
+        assert _alive_with(tag) == []
+
+
+# ------------------------------------------------------------------------------------------ --resume
+
+
+class Payload:
+    """Unpickled, it writes ``marker``: what a hostile run folder's state file would run."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('ran')",))
+
+
+def test_the_state_file_round_trips_optimizer_and_rng_states_without_unpickling_code(tmp_path):
+    import torch
+
+    from whale_train.rsft import load_state
+
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    state = {
+        "optimizer": opt.state_dict(),
+        "steps_done": 3,
+        "stream": 12,
+        "rng": {"torch": torch.get_rng_state(), "python": list(range(5))},
+    }
+    torch.save(state, tmp_path / "rsft_state.pt")
+    loaded, unpickled = load_state(tmp_path)
+    assert not unpickled
+    assert loaded["steps_done"] == 3 and loaded["stream"] == 12
+    assert torch.equal(loaded["rng"]["torch"], state["rng"]["torch"])
+    assert loaded["optimizer"]["param_groups"] == state["optimizer"]["param_groups"]
+    for k, v in state["optimizer"]["state"].items():
+        assert all(torch.equal(loaded["optimizer"]["state"][k][n], t) for n, t in v.items())
+    fresh = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    fresh.load_state_dict(loaded["optimizer"])  # the optimizer takes it back
+
+
+def test_a_state_file_that_runs_code_is_refused_unless_trusted(tmp_path):
+    import torch
+
+    from whale_train.rsft import UntrustedState, load_state
+
+    marker = tmp_path / "marker"
+    torch.save(
+        {"optimizer": None, "steps_done": 1, "stream": 4, "x": Payload(marker)}, tmp_path / "rsft_state.pt"
+    )
+    with pytest.raises(UntrustedState) as refused:
+        load_state(tmp_path)
+    line = str(refused.value)
+    assert "\n" not in line and str(tmp_path / "rsft_state.pt") in line and "--trust-state" in line
+    assert not marker.exists()
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished weight-only run of the shipped model (its checkpoints hold rsft_state.pt)."""
+    from tests.test_trainer import MODEL, smoke
+    from whale_train.trainer import Run
+
+    out = tmp_path_factory.mktemp("run") / "run"
+    Run(smoke(MODEL, method="weight-only", budget_rollouts=16), out, log=lambda *_: None).run()
+    return out
+
+
+def _resume(out: Path, *flags: str):
+    import subprocess
+    import sys
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "whale_train.cli",
+        "train",
+        "--out",
+        str(out),
+        "--resume",
+        "--no-report",
+        *flags,
+    ]
+    return subprocess.run(
+        cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, cwd=out.parent
+    )
+
+
+def _state_file(out: Path) -> Path:
+    import json
+
+    return out / "checkpoints" / json.loads((out / "state.json").read_text())["resume_from"] / "rsft_state.pt"
+
+
+def test_whale_train_resume_refuses_a_pickle_payload_in_one_line_and_never_runs_it(finished_run, tmp_path):
+    import shutil
+
+    import torch
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    assert _resume(out).returncode == 0  # the state file the run wrote itself loads as it is
+    marker = tmp_path / "marker"
+    state = _state_file(out)
+    extra = torch.load(state, weights_only=True)
+    torch.save({**extra, "note": Payload(marker)}, state)
+    done = _resume(out)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() + done.stdout.splitlines() if "--trust-state" in line]
+    assert len(errors) == 1 and str(state) in errors[0].replace("\n", ""), done.stderr + done.stdout
+    assert "Traceback" not in done.stderr
+    assert not marker.exists()
+    assert not (out / "trusted_state.log").exists()
+
+
+def test_with_trust_state_an_older_state_file_still_loads_and_the_run_records_it(finished_run, tmp_path):
+    import argparse
+    import shutil
+
+    import torch
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    state = _state_file(out)
+    extra = torch.load(state, weights_only=True)
+    torch.save({**extra, "args": argparse.Namespace(note="an older format")}, state)  # harmless, not plain
+    assert "--trust-state" in _resume(out).stderr
+    done = _resume(out, "--trust-state")
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = (out / "trusted_state.log").read_text()
+    assert str(state) in record and "--trust-state" in record

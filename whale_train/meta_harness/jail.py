@@ -14,6 +14,10 @@ command sees:
 * the interpreter and the installed packages, read-only; nothing else of the host (no project
   checkout, no ``test``-split results, no home, no ``/etc``), and **no network**.
 
+Every process a command starts ends with it: after the command (or its limit) the server kills its
+process group, then every other process of the jail's PID namespace but the jail's init and itself,
+so a ``setsid`` loop or a double-forked daemon does not outlive the command.
+
 Limits: per command wall-clock, CPU seconds and output; per process address space; a process count
 and the scratch size for the jail's whole life. A command's failure, limit or timeout is a
 :class:`RunResult` (text for the agent), never an exception. The jail needs Linux namespaces: without
@@ -58,6 +62,36 @@ def inside(rel):
     return path
 
 
+def sweep():
+    # SIGKILL every process of the jail's PID namespace but its init (PID 1) and this server: what a
+    # command started ends with it, however it detached (setsid, a double fork, a user namespace of its
+    # own). Passes until none is left (one forked during a pass is caught by the next); returns how many
+    # were killed, or -1 if some survived 200 passes.
+    me, killed = os.getpid(), 0
+    for _ in range(200):
+        found = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) in (1, me):
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    state = fh.read().rpartition(b")")[2].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state in (b"Z", b"X"):  # dead already (the server or PID 1 reaps it)
+                continue
+            found += 1
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+        if not found:
+            return killed
+        killed += found
+        time.sleep(0.002)
+    return -1
+
+
 def run(req):
     start = time.monotonic()
     cpu = int(req["cpu_s"])
@@ -91,12 +125,13 @@ def run(req):
         os.killpg(proc.pid, signal.SIGKILL)  # whatever the command left running in its group
     except OSError:
         pass
+    left = sweep()  # and whatever left the group (setsid, a double fork)
     status = proc.wait()
     proc.stdout.close()
     if limit is None and status in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
         limit = "cpu"
     return {"exit": status, "output": out.decode("utf-8", "replace"), "limit": limit,
-            "wall_s": round(time.monotonic() - start, 3)}
+            "wall_s": round(time.monotonic() - start, 3), "swept": left}
 
 
 for line in sys.stdin:
@@ -301,6 +336,9 @@ class ProposerJail:
         if "error" in a:
             return RunResult(command, None, "", error=a["error"])
         output = a["output"]
+        if a.get("swept") == -1:  # processes outran the server's sweep: end the whole jail
+            self.close(keep_sdk=True)
+            output += "\n[the command left processes that would not stop: the jail was restarted]"
         if a.get("restarted"):
             output = "[the jail had stopped and was restarted: the scratch folder started empty]\n" + output
         if len(output) > lim.output_chars:
