@@ -213,3 +213,15 @@ def test_a_harness_that_cheats_only_on_a_separate_scored_source_is_caught(tmp_pa
     )
     assert not caught.ok and "scored sources" in caught.reason
     assert "AIME" not in json.dumps(caught.to_meta())  # nothing about the scored tasks reaches the archive
+
+
+def test_a_trusted_child_on_another_machine_gets_the_same_splits(monkeypatch, tmp_path):
+    """A comparison's Ray task on another node has another home: the driver hands it its secret."""
+    monkeypatch.delenv(splits.SECRET_ENV)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "driver"))
+    driver = splits.fingerprint()
+    env = splits.secret_for_children()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "other-node"))
+    assert splits.fingerprint() != driver  # the other node's own secret: other splits
+    monkeypatch.setenv(splits.SECRET_ENV, env[splits.SECRET_ENV])
+    assert splits.fingerprint() == driver

@@ -74,6 +74,13 @@ def _file_secret(path: Path) -> bytes:
     return path.read_bytes().strip()
 
 
+def secret_for_children() -> dict[str, str]:
+    """The environment a trusted child on another machine needs to draw the same splits (a Ray task of a
+    comparison): ``{WHALE_SPLIT_SECRET: ...}``. Never give it to a sandbox."""
+    pinned = os.environ.get(SECRET_ENV, "").strip()
+    return {SECRET_ENV: pinned or _file_secret(secret_file()).decode("utf-8")}
+
+
 @functools.lru_cache(maxsize=8)
 def _key(pinned: str, path: str) -> bytes:
     secret = pinned.encode("utf-8") if pinned else _file_secret(Path(path))

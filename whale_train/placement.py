@@ -139,10 +139,11 @@ def train_one(
 # ------------------------------------------------------------------------------------------ Ray
 
 
-def _ray_task(config_path: str, run_dir: str) -> int:
-    """The body of a run's Ray task (on whichever node Ray chose)."""
+def _ray_task(config_path: str, run_dir: str, split_env: dict[str, str] | None = None) -> int:
+    """The body of a run's Ray task (on whichever node Ray chose). ``split_env``: the driver's split
+    secret, so a run on another node draws the same splits as the rest of the grid."""
     record_placement(Path(run_dir), via="ray")
-    return train_one(Path(config_path), Path(run_dir))
+    return train_one(Path(config_path), Path(run_dir), split_env)
 
 
 class RayPlacement:
@@ -190,7 +191,11 @@ class RayPlacement:
     def run(self, config_path: Path, run_dir: Path) -> int:
         """Run one ``whale train`` as a Ray task and wait for it; its exit code, or -1 when Ray gave up
         on it (every retry lost its worker or node)."""
-        ref = self._task.remote(str(Path(config_path).resolve()), str(Path(run_dir).resolve()))
+        from whale_envs.splits import secret_for_children
+
+        ref = self._task.remote(
+            str(Path(config_path).resolve()), str(Path(run_dir).resolve()), secret_for_children()
+        )
         try:
             return int(self.ray.get(ref))
         except self.ray.exceptions.RayError as exc:
