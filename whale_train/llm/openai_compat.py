@@ -11,7 +11,11 @@ A batch is sent as concurrent requests (the server batches them). Each request c
 Token counts come from ``usage``; token ids when the server returns them (vLLM: ``return_token_ids``),
 else None, in which case RSFT re-tokenizes the text. ``score`` uses ``/completions`` with ``echo`` and
 ``logprobs`` (the log-probability of each continuation token after the prompt) where the server
-supports it, and raises ``ScoreUnsupported`` otherwise. ``preflight`` checks, before a run, that the
+supports it, and raises ``ScoreUnsupported`` otherwise. Every continuation of one ``score`` (a
+harness's ``choose``), and with ``score_many`` every continuation of a whole batch, goes in ONE request
+as a list prompt (``prompt: [...]``, one choice per prompt, matched by its ``index``), at most
+``score_prompts_per_request`` prompts a request; a server that refuses a list prompt is told so in one
+line on stderr and scored one request per continuation from then on. ``preflight`` checks, before a run, that the
 server answers and serves the model (one-line ``OpenAIError`` otherwise).
 """
 
@@ -19,8 +23,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -54,6 +60,8 @@ class OpenAILLM:
         tokenizer: a local model directory whose tokenizer (and chat template) renders and encodes
             prompts here (see the module docstring); default ``model`` when that is a directory.
         chat_template_kwargs: passed to the chat template (Qwen3.5: ``{"enable_thinking": False}``).
+        score_prompts_per_request: the most scored sequences (prompt + one continuation) sent in one
+            ``/completions`` request; more go as several requests at once.
     """
 
     def __init__(
@@ -69,6 +77,7 @@ class OpenAILLM:
         return_token_ids: bool = False,
         tokenizer: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        score_prompts_per_request: int = 256,
     ):
         self.base_url = base_url.rstrip("/")
         self.name = model
@@ -80,6 +89,9 @@ class OpenAILLM:
         self._chat = chat
         self.return_token_ids = return_token_ids
         self.version = 0
+        self.score_prompts_per_request = max(1, int(score_prompts_per_request))
+        #: whether the server takes a list prompt for scoring (False once it refused one)
+        self.list_prompts = True
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai")
         self.prompts: _LocalPrompts | None = None
         #: the served context length, when ``preflight`` read it (vLLM lists ``max_model_len``): with a
@@ -188,52 +200,104 @@ class OpenAILLM:
         )
 
     def score(self, prompt: Prompt, continuations: list[str]) -> list[Completion]:
+        return self.score_many([(prompt, continuations)])[0]
+
+    def score_many(self, items: Sequence[tuple[Prompt, list[str]]]) -> list[list[Completion]]:
+        """``score`` of each (prompt, continuations) item, every sequence of every item in one request
+        (see the module docstring)."""
         if self.prompts is not None:
-            return self._score_ids(prompt, continuations)
-        if not isinstance(prompt, str):
+            return self._score_ids(items)
+        if any(not isinstance(prompt, str) for prompt, _ in items):
             raise ScoreUnsupported(
                 "the OpenAI-compatible backend scores chat prompts with a local tokenizer only "
                 "(backend option tokenizer: a model directory)"
             )
+        texts = [prompt + cont for prompt, conts in items for cont in conts]  # type: ignore[operator]
+        echoed = iter(self._echo_many(texts, logprobs=1))
+        results = []
+        for prompt, conts in items:
+            assert isinstance(prompt, str)
+            mine = []
+            for cont in conts:
+                offsets, values = next(echoed)
+                total = sum(
+                    v for off, v in zip(offsets, values, strict=False) if off >= len(prompt) and v is not None
+                )
+                n = sum(1 for off in offsets if off >= len(prompt))
+                mine.append(
+                    Completion(cont, prompt, None, None, "stop", len(offsets) - n, n, logprob=float(total))
+                )
+            results.append(mine)
+        return results
 
-        def one(cont: str) -> Completion:
-            body = {
-                "model": self.model,
-                "prompt": prompt + cont,
-                "max_tokens": 0,
-                "echo": True,
-                "logprobs": 1,
-            }
-            offsets, values = self._echo_logprobs(body)
-            total = sum(
-                v for off, v in zip(offsets, values, strict=False) if off >= len(prompt) and v is not None
-            )
-            n = sum(1 for off in offsets if off >= len(prompt))
-            return Completion(cont, prompt, None, None, "stop", len(offsets) - n, n, logprob=float(total))
-
-        return list(self._pool.map(one, continuations))
-
-    def _score_ids(self, prompt: Prompt, continuations: list[str]) -> list[Completion]:
+    def _score_ids(self, items: Sequence[tuple[Prompt, list[str]]]) -> list[list[Completion]]:
         """Prompt and continuations encoded here, sent as token ids; the continuation's log-probability
         is the sum over its own token positions (what the vLLM backend computes in-process)."""
         assert self.prompts is not None
-        text = self.prompts.render(prompt)
-        pids = self.prompts.encode(text)
-
-        def one(cont: str) -> Completion:
-            cids = self.prompts.encode(cont)  # type: ignore[union-attr]
-            body = {"model": self.model, "prompt": pids + cids, "max_tokens": 0, "echo": True, "logprobs": 0}
-            _, values = self._echo_logprobs(body)
-            span = values[len(pids) : len(pids) + len(cids)]
-            if len(span) != len(cids) or any(v is None for v in span):
-                raise ScoreUnsupported(
-                    f"{self.base_url} returned no log-probability for every continuation token"
+        encoded = []
+        for prompt, conts in items:
+            text = self.prompts.render(prompt)
+            encoded.append((text, self.prompts.encode(text), [(c, self.prompts.encode(c)) for c in conts]))
+        sequences = [pids + cids for _, pids, conts in encoded for _, cids in conts]
+        echoed = iter(self._echo_many(sequences, logprobs=0))
+        results = []
+        for text, pids, conts in encoded:
+            mine = []
+            for cont, cids in conts:
+                _, values = next(echoed)
+                span = values[len(pids) : len(pids) + len(cids)]
+                if len(span) != len(cids) or any(v is None for v in span):
+                    raise ScoreUnsupported(
+                        f"{self.base_url} returned no log-probability for every continuation token"
+                    )
+                mine.append(
+                    Completion(
+                        cont, text, list(pids), cids, "stop", len(pids), len(cids), logprob=float(sum(span))
+                    )
                 )
-            return Completion(
-                cont, text, list(pids), cids, "stop", len(pids), len(cids), logprob=float(sum(span))
-            )
+            results.append(mine)
+        return results
 
-        return list(self._pool.map(one, continuations))
+    def _echo_body(self, prompt: Any, logprobs: int) -> dict[str, Any]:
+        return {"model": self.model, "prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": logprobs}
+
+    def _echo_many(self, prompts: list[Any], logprobs: int) -> list[tuple[list[int], list[float | None]]]:
+        """``(text_offset, token_logprobs)`` of each prompt echoed: all of them in one request (a list
+        prompt; ``score_prompts_per_request`` at most), or one request each where the server refuses
+        a list."""
+        if not prompts:
+            return []
+        if len(prompts) == 1 or not self.list_prompts:
+            return list(self._pool.map(lambda p: self._echo_logprobs(self._echo_body(p, logprobs)), prompts))
+        size = self.score_prompts_per_request
+        chunks = [prompts[i : i + size] for i in range(0, len(prompts), size)]
+        try:
+            parts = list(self._pool.map(lambda c: self._echo_list(c, logprobs), chunks))
+        except _ListRefused as refused:
+            # one request per prompt: a prompt the server cannot score fails as before (ScoreUnsupported);
+            # when every one is scored, the server refused the list itself: say so once, and stay per prompt
+            outs = list(self._pool.map(lambda p: self._echo_logprobs(self._echo_body(p, logprobs)), prompts))
+            if self.list_prompts:
+                self.list_prompts = False
+                print(
+                    f"notice: {self.base_url} refused a list prompt ({refused}); "
+                    "scoring continuations one request each from now on",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return outs
+        return [one for part in parts for one in part]
+
+    def _echo_list(self, prompts: list[Any], logprobs: int) -> list[tuple[list[int], list[float | None]]]:
+        """One request for all ``prompts`` (a list prompt): choice ``index`` i is prompt i."""
+        try:
+            out = self._post("/completions", self._echo_body(prompts, logprobs))
+            choices = sorted(out["choices"], key=lambda c: c["index"])
+            if [c["index"] for c in choices] != list(range(len(prompts))):
+                raise ValueError(f"{len(choices)} choices for {len(prompts)} prompts")
+            return [(c["logprobs"]["text_offset"], c["logprobs"]["token_logprobs"]) for c in choices]
+        except (OpenAIError, KeyError, TypeError, IndexError, ValueError) as exc:
+            raise _ListRefused(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__) from None
 
     def _echo_logprobs(self, body: dict[str, Any]) -> tuple[list[int], list[float | None]]:
         try:
@@ -244,6 +308,10 @@ class OpenAILLM:
             raise ScoreUnsupported(
                 f"{self.base_url} cannot score continuations (echo + logprobs): {exc}"
             ) from None
+
+
+class _ListRefused(Exception):
+    """The server did not answer a list prompt as one choice per prompt."""
 
 
 class _LocalPrompts(TokenizerPrompts):
