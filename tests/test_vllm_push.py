@@ -190,3 +190,160 @@ def test_whale_eval_passes_backend_options_to_the_engine(vllm, capsys, tmp_path)
     engine = fake_vllm.LLM.instances[-1]
     assert engine.model_config.max_model_len == 96
     assert (tmp_path / "results.json").exists()
+
+
+# ------------------------------------------------------------------ a tied output head, every push checked
+
+TIED = str(SHIPPED_MODEL)  # the shipped tiny model ties lm_head to its input embeddings
+CONTINUATIONS = [" 5", " 6", " Paris is big"]
+
+
+def transformers_scores(model, prompt: str = "What is 2+3? Answer:") -> list[float]:
+    from whale_train.llm.hf import TransformersLLM
+
+    return [
+        c.logprob
+        for c in TransformersLLM(model, AutoTokenizer.from_pretrained(TIED)).score(prompt, CONTINUATIONS)
+    ]
+
+
+def tied_engine(mode: str, monkeypatch):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1" if mode == "multiprocess" else "0")
+    return engine_llm(TIED, continuous=mode == "continuous")
+
+
+def lora_trained(model):
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(3)
+    peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():  # adapters as if trained (B starts at zero)
+        for n, p in peft.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    return peft
+
+
+@pytest.mark.parametrize("mode", ["in_process", "multiprocess", "continuous", "lora"])
+def test_a_tied_head_computes_with_the_pushed_embedding(vllm, mode, monkeypatch):
+    # The defect the real engine showed: the push carried the embedding, vLLM's reload left the tied
+    # head's packed copy old ("ParallelLMHead: Failed to load weights"): new body, old head.
+    import copy
+
+    from whale_train.llm.weights import trained_weights
+
+    llm = tied_engine(mode, monkeypatch)
+    assert llm.engine.model.tied
+    train = AutoModelForCausalLM.from_pretrained(TIED, dtype=torch.float32)
+    if mode == "lora":
+        train = lora_trained(train)
+        reference = copy.deepcopy(train).merge_and_unload()
+    else:
+        perturb(train, seed=2)
+        reference = train
+    llm.load_weights(trained_weights(train))
+    assert "model.embed_tokens.weight" in llm.engine.model.loads[-1]
+    check = llm.verify_push(train)
+    assert check["ok"] and check["max_abs_diff"] <= 2e-3 and check["tokens"] > 10, check
+    ours = [c.logprob for c in llm.score("What is 2+3? Answer:", CONTINUATIONS)]
+    assert ours == pytest.approx(transformers_scores(reference), abs=2e-3)
+    llm.close()
+
+
+def test_a_lone_tied_head_is_pushed_under_the_embeddings_name():
+    # named_parameters() keeps one name for a tied tensor; whichever it keeps, the push names the
+    # embedding (vLLM's loader of a tied model skips lm_head.*).
+    from whale_train.llm.weights import trained_weights
+
+    model = AutoModelForCausalLM.from_pretrained(TIED, dtype=torch.float32)
+    names = [n for n, _ in trained_weights(model)]
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
+    head_first = model.__class__.__new__(model.__class__)  # a module that registers the head first
+    torch.nn.Module.__init__(head_first)
+    head_first.lm_head = model.lm_head
+    head_first.model = model.model
+    head_first.config = model.config
+    head_first.get_input_embeddings = lambda: model.model.embed_tokens
+    head_first.get_output_embeddings = lambda: model.lm_head
+    assert next(head_first.named_parameters())[0] == "lm_head.weight"
+    names = [n for n, _ in trained_weights(head_first)]
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
+
+
+def broken_push(monkeypatch) -> None:
+    """The push as it was: the tied head's layer not processed again after the reload."""
+    import whale_train.llm.vllm_backend as backend
+
+    monkeypatch.setattr(backend, "refresh_tied_layers", lambda model: [])
+
+
+def test_without_the_fix_the_fake_engine_keeps_the_old_head_and_the_check_names_it(vllm, monkeypatch):
+    from whale_train.llm.vllm_backend import PushCheckError
+    from whale_train.llm.weights import trained_weights
+
+    broken_push(monkeypatch)
+    llm = engine_llm(TIED)
+    train = AutoModelForCausalLM.from_pretrained(TIED, dtype=torch.float32)
+    perturb(train, seed=2)
+    llm.load_weights(trained_weights(train))
+    assert llm.engine.model.warnings[-1] == "ParallelLMHead: Failed to load weights"
+    with pytest.raises(PushCheckError) as err:
+        llm.verify_push(train)
+    line = str(err.value)
+    assert "\n" not in line and "lm_head" in line and "tolerance 0.002" in line, line
+    assert llm.last_push_check["ok"] is False and llm.last_push_check["max_abs_diff"] > 2e-3
+
+
+def weight_only_config(tmp_path, **extra):
+    import yaml
+    from test_trainer import SMOKE
+
+    config = tmp_path / "vllm.yaml"
+    data = {"model": TIED, "method": "weight-only", **SMOKE, "budget_rollouts": 16, "backend": "vllm"}
+    data["rsft"] = {**SMOKE["rsft"], "reward_threshold": 0.0, "learning_rate": 1e-3}
+    config.write_text(yaml.safe_dump({**data, **extra}))
+    return config
+
+
+def test_every_push_of_a_run_is_checked_and_recorded_in_the_ledger(vllm, tmp_path):
+    from test_trainer import ledger, units
+
+    from whale_train.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", str(weight_only_config(tmp_path)), "--out", str(out), "--no-report"]) == 0
+    weight = [u for u in units(ledger(out)) if u.get("signals", {}).get("push_seconds") is not None]
+    assert weight, units(ledger(out))
+    for unit in weight:
+        check = unit["signals"]["push_check"]
+        assert check["ok"] and check["max_abs_diff"] <= check["tolerance"] == 2e-3, check
+
+
+def test_a_push_the_engine_does_not_take_stops_whale_train_in_one_line(vllm, monkeypatch, tmp_path, capsys):
+    from whale_train.cli import main
+
+    broken_push(monkeypatch)
+    out = tmp_path / "run"
+    assert main(["train", str(weight_only_config(tmp_path)), "--out", str(out), "--no-report"]) == 1
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    lines = [line for line in text.splitlines() if "check failed" in line]
+    assert len(lines) == 1 and "lm_head" in lines[0] and "Traceback" not in text, text[-2000:]
+
+
+def test_resume_pushes_and_checks_before_the_first_rollout(vllm, monkeypatch, tmp_path):
+    from test_trainer import smoke
+
+    from whale_train.trainer import Run
+
+    config = smoke(
+        TIED, method="weight-only", budget_rollouts=8, backend="vllm", rsft={"reward_threshold": 0.0}
+    )
+    Run(config, tmp_path, log=lambda *_: None).run()
+    llm = engine_llm(TIED)
+    checked = []
+    real = llm.verify_push
+    monkeypatch.setattr(llm, "verify_push", lambda model: checked.append(real(model)) or checked[-1])
+    resumed = Run(config, tmp_path, llm=llm, resume=True, log=lambda *_: None)
+    assert checked and checked[0]["ok"], checked  # re-pushed and checked while resuming
+    assert resumed.llm is llm

@@ -571,6 +571,8 @@ class RSFT:
             weights = trained_weights(self.trainer.model)
             if hasattr(self.llm, "load_weights"):
                 self.llm.load_weights(weights)
+                if hasattr(self.llm, "verify_push") and world()[1] == 1:  # the engine computes with them
+                    self.llm.verify_push(self.trainer.model)  # (PushCheckError stops the run in one line)
             else:
                 import torch
 

@@ -812,6 +812,8 @@ class Run:
         push = getattr(self.llm, "last_push_seconds", None)
         if report.updated and push is not None:  # weights pushed to the rollout engine(s) this step
             signals["push_seconds"] = push
+            if getattr(self.llm, "last_push_check", None):  # the engine's probe log-probs vs the trainer's
+                signals["push_check"] = self.llm.last_push_check
         return signals, report.rollouts
 
     def _harness_unit(self) -> tuple[dict[str, Any], int]:

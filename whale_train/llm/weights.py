@@ -6,9 +6,11 @@ The trainer trains a transformers ``*ForCausalLM`` (with LoRA: a PEFT model arou
 ``model.visual.*``), while ``AutoModelForCausalLM`` trains ``Qwen3_5ForCausalLM`` (``model.layers.*``).
 A push therefore:
 
-1. ``trained_weights``: takes every parameter once (tied ones once), merges LoRA adapters into their
-   base weights (W + scale * B @ A, computed, the training model is not touched) under the base names,
-   and detaches;
+1. ``trained_weights``: takes every parameter once (tied ones once, under the input embedding's name:
+   vLLM's ``load_weights`` of a tied model skips ``lm_head.*`` and its head shares the embedding's
+   tensor, so a lone ``lm_head.weight`` would be dropped), merges LoRA adapters into their base
+   weights (W + scale * B @ A, computed, the training model is not touched) under the base names, and
+   detaches;
 2. ``engine_names``: renames them into the checkpoint naming of the engine's architecture;
 3. ``check_push``: checks that every pushed tensor is exactly one tensor of the engine's checkpoint, of
    the same shape, and fails naming the first one that is not. The engine loads pushed tensors through
@@ -50,13 +52,32 @@ def trained_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
                     )
                 if isinstance(delta, torch.Tensor):
                     deltas[f"{name}.base_layer.weight"] = delta
+    tied = tied_embedding_name(base)
     for name, param in base.named_parameters():  # tied parameters come once
         if ".lora_" in name or "lora_embedding" in name:
             continue
         tensor = param.detach()
         if name in deltas:
             tensor = tensor + deltas[name].to(tensor.dtype)
+        if tied is not None and param is tied[1]:
+            name = tied[0]  # the embedding's name, whichever name named_parameters kept
         yield name.replace(".base_layer.", "."), tensor
+
+
+def tied_embedding_name(model: Any) -> tuple[str, Any] | None:
+    """``(name, parameter)`` of the input embedding when the output head shares it (a tied head), else
+    None. The name is the embedding module's, so a tied model's push always carries the embedding."""
+    try:
+        embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    weight = getattr(embed, "weight", None)
+    if weight is None or head is None or getattr(head, "weight", None) is not weight:
+        return None
+    for module_name, module in model.named_modules():
+        if module is embed:
+            return f"{module_name}.weight", weight
+    return None
 
 
 #: Engine architectures built from a composite (vision-language) checkpoint whose text model sits under
