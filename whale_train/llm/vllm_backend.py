@@ -251,7 +251,7 @@ class VLLMLLM(TokenizerPrompts):
 
     def __init__(
         self,
-        model: str,
+        model: str | Path,
         *,
         chat_template_kwargs: dict[str, Any] | None = None,
         batch_invariant: bool = False,
@@ -260,6 +260,7 @@ class VLLMLLM(TokenizerPrompts):
         push_check: float | bool | None = None,
         **engine_kwargs: Any,
     ):
+        model = str(model)  # a Path (SHIPPED_MODEL) too: vLLM's engine arguments take a string
         if not vllm_available():
             raise RuntimeError(
                 "the vllm backend needs vLLM: `pip install 'whale-harness[gpu]'` on a CUDA GPU, or "
