@@ -10,8 +10,9 @@ that module's source when it is sent. Steps, in the child:
    interpreter needs, a size-capped tmpfs ``/sandbox`` as the working directory, four device nodes and
    a private ``/proc``; fork PID 1 of the new PID namespace, which ``pivot_root``s into the new root.
 2. Fork the worker: resource limits (CPU, address space, file size, open files, processes, no core
-   files), drop to the sandbox uid (when started as root), ``no_new_privs``, ``exec`` the interpreter on
-   ``main.py``.
+   files), drop to the sandbox uid (when started as root), ``no_new_privs``, the seccomp allow-list of
+   the call's profile (``cfg["seccomp"]``: ``T`` for tool code, ``W`` for the harness worker; see
+   ``SYSCALLS`` in :mod:`whale_envs._children`), ``exec`` the interpreter on ``main.py``.
 3. PID 1 waits for the worker and exits with its status; the kernel then kills every process left in
    the namespace (a background process cannot outlive the call).
 
@@ -32,7 +33,7 @@ import signal
 import stat
 import sys
 
-from whale_envs._children import reap_exited  # spliced in by sandbox._boot_source()
+from whale_envs._children import install_syscall_filter, reap_exited  # spliced in by sandbox._boot_source()
 
 SETUP_FAILED = 120
 
@@ -204,6 +205,13 @@ def _exec_worker(cfg):
     for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)
     os.chdir(cfg["workdir"])
+    if cfg.get("seccomp"):
+        try:
+            install_syscall_filter(cfg["seccomp"], _libc)
+        except OSError:
+            if cfg["isolation"] == "namespaces":
+                raise
+            # isolation="none" (the user's opt-in) runs on a kernel that may lack seccomp: limits only
     os.execve(cfg["python"], [cfg["python"], "-S", "-B", "-u", "main.py"], cfg["env"])
 
 

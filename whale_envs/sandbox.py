@@ -19,6 +19,11 @@ Guarantees (``isolation="namespaces"``, Linux; what :func:`isolation_available` 
   Everything runs in a new PID namespace: when the program exits or is killed, the kernel kills every
   process it left behind (a background or daemonized process cannot outlive the call).
 * **No network**: a new network namespace with no interfaces (only a down loopback).
+* **Syscalls**: a seccomp allow-list (``SYSCALLS`` in :mod:`whale_envs._children`: each call, and the
+  ``fcntl``/``ioctl``/``prctl``/``socket`` values, with its reason) installed just before the code's
+  interpreter starts; the rest fails with EPERM. The namespaces separate names, not inodes: every call
+  sees the same read-only interpreter files, and watching or locking them (inotify, dnotify, fanotify,
+  leases, locks) let the samples of a task talk; those calls are not on the list.
 * **Episodes of the harness worker alone**: the probe of the worker's configuration
   (``site_packages=False``) also checks that each episode the worker forks can enter user, mount,
   network, IPC, UTS and PID namespaces of its own (``_children.isolate_episode``); the worker is told
@@ -248,7 +253,6 @@ def isolation_problem(site_packages: bool = True) -> str | None:
 #: The harness worker's part of the probe: an episode's namespaces (``_children.isolate_episode``) can be
 #: made, and the isolated process is PID 1 of its own namespace, sees no other process and no network.
 _EPISODE_PROBE = """
-import socket
 try:
     pid = isolate_episode()
 except OSError as exc:
@@ -256,7 +260,9 @@ except OSError as exc:
     sys.exit(0)
 if pid == 0:
     alone = [p for p in os.listdir('/proc') if p.isdigit()] == ['1'] and os.getpid() == 1
-    os._exit(0 if alone and [n for _, n in socket.if_nameindex()] == ['lo'] else 3)
+    with open('/proc/net/dev') as fh:  # its network namespace's links (if_nameindex needs netlink: refused)
+        links = [line.split(':')[0].strip() for line in fh.readlines()[2:]]
+    os._exit(0 if alone and links == ['lo'] else 3)
 _, status = os.waitpid(pid, 0)
 sys.stdout.write(' episodes-alone' if status == 0 else ' episodes: the isolated process was not alone')
 """
@@ -579,6 +585,9 @@ def spawn_jailed(
         cfg["symlinks"].append((link.rstrip("/"), os.path.realpath(host)))
     cfg["hide"] = [h for h in _hidden_dirs() if any(h.startswith(b + "/") for b in cfg["ro_binds"])]
     cfg["env"].update(env or {})
+    # A shell for the meta-harness proposer (not a sample of a task): the namespaces only; the syscall
+    # allow-list is sized for Python tool code and harness episodes, not for every command-line tool.
+    cfg["seccomp"] = None
     return _start_program(tmp, cfg, "namespaces")
 
 
@@ -895,7 +904,10 @@ def _sandbox_uid() -> int:
 
 
 #: The boot program's one import of this package, replaced by that module's source when it is sent.
-_BOOT_IMPORT = "from whale_envs._children import reap_exited  # spliced in by sandbox._boot_source()\n"
+_BOOT_IMPORT = (
+    "from whale_envs._children import install_syscall_filter, reap_exited"
+    "  # spliced in by sandbox._boot_source()\n"
+)
 
 
 @lru_cache(maxsize=1)
@@ -1010,6 +1022,9 @@ def _boot_config(
         "uid": uid,
         "work_bytes": limits.file_mb * 1024 * 1024,
         "writable": bool(limits.writable_files),
+        # the syscall allow-list (whale_envs._children.SYSCALLS): the harness worker's template (which
+        # builds each episode's namespaces, then stacks the episodes' own list) or tool code
+        "seccomp": "T" if limits.site_packages else "W",
         "env": env,
         "limits": {
             "cpu_s": max(1, math.ceil(limits.cpu_s)),
