@@ -19,6 +19,10 @@ Neither parser here can execute the text it reads:
   ``x*y``), so no text ever names a Python object. Exponents above :data:`MAX_EXPONENT`, factorials
   above :data:`MAX_FACTORIAL` and numbers longer than :data:`MAX_DIGITS` digits are refused.
 
+Whichever parser read a side, :func:`check_caps` checks the parsed tree against the same caps before
+anything evaluates or simplifies it (math-verify's LaTeX parse builds ``9^{9^{9}}`` unevaluated; its
+comparison would then compute it): over them the answer is ``[false, "too_costly"]`` at once.
+
 Sandboxed as it is, a comparison also has the sandbox's memory limit: a MemoryError (or any other
 error) is the answer ``[false, "error"]``, never a crash of the loop.
 """
@@ -269,14 +273,130 @@ def to_sympy(text: str):
     return _latex(text)
 
 
-def compare(gold: str, pred: str) -> list:
-    """``[decision, matcher]``: ``[true|false, "math_verify"]`` when both sides parse, else ``[null, "none"]``."""
+class TooCostly(ValueError):
+    """A parsed expression over the caps (its evaluation could take any amount of time)."""
+
+
+#: Functions whose numeric argument is capped like a factorial's.
+_FACTORIAL_LIKE = ("factorial", "factorial2", "subfactorial", "gamma", "RisingFactorial", "FallingFactorial")
+
+
+def _magnitude(expr) -> float | None:
+    """``|expr|`` as a float (``inf`` when it overflows), for a numeric expression whose parts are
+    already within the caps (so evaluating it is cheap); None when it has no numeric value."""
+    try:
+        value = complex(expr.evalf(15))
+    except (TypeError, ValueError, ArithmeticError, AttributeError):
+        return None
+    return abs(value)
+
+
+def check_caps(obj) -> None:
+    """Raise :class:`TooCostly` when ``obj`` (a parsed answer: SymPy expression, set, relation, matrix,
+    tuple) holds an exponent above :data:`MAX_EXPONENT` in size, a power of a number above
+    ``10**MAX_DIGITS``, a factorial of more than :data:`MAX_FACTORIAL`, a number of more than
+    :data:`MAX_DIGITS` digits, or a sum / product over more than :data:`MAX_EXPONENT` terms: the plain
+    grammar's caps, for the LaTeX parse too, checked on the unevaluated tree before anything evaluates
+    it. The nodes are checked leaves first, so a node's parts are bounded when it is measured."""
+    import sympy
+    from sympy import MatrixBase
+
+    order, stack = [], [obj]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        if len(order) > 20_000:
+            raise TooCostly("expression too large")
+        if isinstance(node, MatrixBase):
+            stack.extend(node)
+        elif isinstance(node, sympy.Basic):
+            stack.extend(node.args)
+        elif isinstance(node, (tuple, list)):
+            stack.extend(node)
+    limit = 10**MAX_DIGITS
+    for node in reversed(order):  # each node after all of its parts
+        if not isinstance(node, sympy.Basic):
+            continue
+        if node.is_Rational:
+            if abs(node.p) >= limit or node.q >= limit:
+                raise TooCostly("number too long")
+        elif node.is_Pow:
+            base, exponent = node.args
+            if exponent.is_number:
+                size = _magnitude(exponent)
+                if size is not None and size > MAX_EXPONENT:
+                    raise TooCostly("exponent too large")
+                if base.is_number:
+                    big = _magnitude(base)
+                    if big is not None and big > limit:
+                        raise TooCostly("base too large")
+        elif type(node).__name__ in _FACTORIAL_LIKE or isinstance(node, sympy.binomial):
+            for arg in node.args:
+                if arg.is_number:
+                    size = _magnitude(arg)
+                    if size is not None and size > (
+                        limit if isinstance(node, sympy.binomial) else MAX_FACTORIAL
+                    ):
+                        raise TooCostly("factorial argument too large")
+            if isinstance(node, sympy.binomial) and all(a.is_number for a in node.args):
+                n, k = (_magnitude(a) or 0.0 for a in node.args)
+                if min(k, abs(n - k)) > MAX_FACTORIAL:
+                    raise TooCostly("binomial too large")
+        elif isinstance(node, (sympy.Sum, sympy.Product)):
+            for limits in node.limits:
+                if len(limits) == 3 and limits[1].is_number and limits[2].is_number:
+                    span = _magnitude(limits[2] - limits[1])
+                    if span is None or span > MAX_EXPONENT:
+                        raise TooCostly("too many terms")
+
+
+def _parse(text: str):
+    """One side, parsed and within the caps (else :class:`TooCostly`); None when it does not parse."""
+    value = to_sympy(text)
+    if value is not None:
+        check_caps(value)
+    return value
+
+
+def _same(g, p) -> bool:
     import math_verify
 
-    g, p = to_sympy(gold), to_sympy(pred)
+    return bool(math_verify.verify([g], [p], timeout_seconds=None))
+
+
+def compare(gold, pred, mode: str = "one") -> list:
+    """``[decision, matcher]``: ``[true|false, "math_verify"]`` when the sides parse, else ``[null, "none"]``;
+    ``[false, "too_costly"]`` when a side is over the caps (:func:`check_caps`).
+
+    ``mode``: ``"one"`` (one gold, one answer); ``"multiset"`` (lists of golds and answers, equal as
+    multisets: each answer matches a gold of its own); ``"chain"`` (one gold, the sides of the answer's
+    relation ``a = b = c``, its label ``x =`` or ``f(2) =`` already taken off: every side must equal the gold).
+    """
+    try:
+        if mode == "multiset":
+            golds, preds = [_parse(t) for t in gold], [_parse(t) for t in pred]
+            if any(v is None for v in golds + preds):
+                return [None, "none"]
+            if len(golds) != len(preds):
+                return [False, "math_verify"]
+            unused = list(range(len(preds)))
+            for g in golds:
+                hit = next((j for j in unused if _same(g, preds[j])), None)
+                if hit is None:
+                    return [False, "math_verify"]
+                unused.remove(hit)
+            return [True, "math_verify"]
+        if mode == "chain":
+            g, sides = _parse(gold), [_parse(t) for t in pred]
+            if g is None or any(v is None for v in sides):
+                return [None, "none"]
+            return [all(_same(g, side) for side in sides), "math_verify"]
+        g, p = _parse(gold), _parse(pred)
+    except TooCostly:
+        return [False, "too_costly"]
     if g is None or p is None:
         return [None, "none"]
-    return [bool(math_verify.verify([g], [p], timeout_seconds=None)), "math_verify"]
+    return [_same(g, p), "math_verify"]
 
 
 def _fire(signum, frame):
@@ -284,7 +404,8 @@ def _fire(signum, frame):
 
 
 def serve() -> None:
-    """The sandboxed loop: ``{"gold", "pred", "cpu_s"}`` a line in, ``[decision, matcher]`` a line out."""
+    """The sandboxed loop: ``{"gold", "pred", "mode", "cpu_s"}`` a line in, ``[decision, matcher]`` a line
+    out (see :func:`compare`)."""
     import math_verify.grader
     import math_verify.parser
 
@@ -299,7 +420,7 @@ def serve() -> None:
             job = json.loads(line)
             signal.setitimer(signal.ITIMER_VIRTUAL, float(job["cpu_s"]))
             try:
-                out = compare(str(job["gold"]), str(job["pred"]))
+                out = compare(job["gold"], job["pred"], str(job.get("mode", "one")))
             finally:
                 signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         except _Timeout:

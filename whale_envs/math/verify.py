@@ -13,9 +13,10 @@ decides; its name is ``Verdict.matcher``):
    period, and all white space. Numbers, on purpose more lenient than an exact string match (each rule
    has its tests in ``tests/test_math_verify.py``):
 
-   * *thousands separators* (``1,000``, ``10,\\!000``, ``10{,}000``, ``1 000 000``) make one number only
-     when every group after the first has three digits and the whole answer is that number (with an
-     optional unit): ``(1,2)``, ``1, 2`` and ``1 8`` stay lists, never the number their digits spell;
+   * *thousands separators* (``1,000``, ``10,\\!000``, ``10{,}000``, ``1 000 000``, LaTeX's thin-space
+     grouping ``11,\\! 111,\\! 100``) make one number only when every group after the first has three
+     digits and the whole answer is that number (with an optional unit): ``(1,2)``, ``1, 2`` and
+     ``1 8`` stay lists, never the number their digits spell;
    * a *unit* after a number is dropped (``18 dollars``, ``5\\text{ cm}``, ``1,000 km``);
    * a *multiplier word* after a number multiplies it (``5 million`` = 5000000, ``2 dozen`` = 24,
      ``3 hundred`` = 300): it is part of the value, never a unit;
@@ -25,6 +26,14 @@ decides; its name is ``Verdict.matcher``):
 4. ``numeric``: both sides are plain numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``, mixed numbers
    ``2\\frac{1}{2}``): compared *exactly* as rationals, so ``0.5 = 1/2 = \\frac{1}{2} = 0.50`` but
    ``0.33 ≠ 1/3``. This matcher decides both ways (no later matcher can turn a wrong number right).
+
+   *Unbracketed lists*: a gold that is a list of several values without brackets (``1,-2``, ``3, 5,
+   7``: "separated by commas") and an answer that is one too compare as multisets (``-2, 1`` for
+   ``1,-2``); all numbers here, else item by item in step 5 (mode ``multiset``). A digit-grouped gold
+   is one number, never such a list. *Relations*, when the gold holds none: an answer ``a = b = c`` or
+   ``a \\approx b`` scores only when every side equals the gold (the first may name it instead:
+   ``x``, ``a_n``, ``f(2)``): ``19 = 18`` and ``x = 17 = 18`` do not score for 18. Numeric sides are
+   decided here, others in step 5 (mode ``chain``).
 5. ``math_verify``: both sides parsed into SymPy and compared symbolically by Hugging Face's
    math-verify (expressions, sets, intervals, tuples, matrices, equations). A side that is a plain
    number goes in as that number (so a digit-grouped gold ``10,080`` is the number 10080, never the set
@@ -32,7 +41,9 @@ decides; its name is ``Verdict.matcher``):
    (its expression extraction is SymPy's ``parse_expr``, which is ``eval``, and is never used), and
    plain text (``2*sqrt(2)``) through a small grammar of our own that builds SymPy objects and can
    name nothing but numbers, one-letter symbols and a fixed table of functions
-   (:mod:`whale_envs.math._symbolic`). And this step runs only **in the OS sandbox**
+   (:mod:`whale_envs.math._symbolic`). Whatever parsed a side, its tree is checked against the
+   plain grammar's caps (exponents, powers, factorials, digits, terms of a sum) before anything
+   evaluates it: over them, matcher ``too_costly`` at once. And this step runs only **in the OS sandbox**
    (:func:`whale_envs.sandbox.spawn_python`: a helper process with no network, no project files, no
    answers, a memory limit), never in the trusted process.
 6. ``none``: nothing matched (``solved=False``).
@@ -41,9 +52,13 @@ Step 5 has a CPU-time limit (``timeout_s``, default 5 s, counted by the helper o
 so it fires the same on an idle and on a saturated machine; ``timed_out=True`` and
 ``matcher="timeout"``) and a wall-clock backstop (``WALL_BACKSTOP`` × ``timeout_s`` + ``WALL_SLACK_S``, for a helper
 that stops answering: it is killed and a fresh one takes the next comparison). A comparison the
-helper could not finish for another reason (out of memory) is matcher ``error``. The helper is
-started on first use, once per process, and one comparison runs at a time; the caller's thread does
-not matter. Inputs longer than ``MAX_SYMBOLIC_CHARS`` never reach it.
+helper could not finish for another reason (out of memory) is matcher ``error``. There is a pool of
+``_HelperPool.SIZE`` helpers per process, each started on first need and running one comparison at a
+time, so one expensive answer holds one helper and the others go on; the caller's thread does not
+matter. A helper killed for a timeout or an error is restarted by the comparison that killed it, before
+it returns to the pool: the episode that asked pays for it. The verifier's CPU is not charged to an
+episode's tool budget (there is no per-episode hook for it); it is bounded per answer by ``timeout_s``.
+Inputs longer than ``MAX_SYMBOLIC_CHARS`` never reach a helper.
 """
 
 from __future__ import annotations
@@ -77,9 +92,9 @@ class Verdict:
     extracted: str | None  # the answer taken from the agent's text (last box), before normalization
     normalized: str  # the normalized answer
     gold: str  # the normalized gold answer
-    matcher: (
-        str  # "exact" | "numeric" | "math_verify" | "timeout" | "error" | "malformed" | "too_long" | "none"
-    )
+    #: "exact" | "numeric" | "math_verify" | "too_costly" | "timeout" | "error" | "malformed" | "too_long"
+    #: | "none"
+    matcher: str
     timed_out: bool = False
 
     def as_info(self) -> dict[str, Any]:
@@ -177,6 +192,7 @@ def latex_clean(answer: str) -> str:
     """Normalization that keeps LaTeX structure (what the symbolic step gets). Every pattern here is
     linear in the answer's length (no nested or adjacent unbounded repetition over the same characters)."""
     s = _strip_delimiters(answer)
+    s = re.sub(r",\s*\\!\s*", ",", s)  # 11,\! 111,\! 100: LaTeX's thin-space digit grouping, one number
     s = s.replace("\\!", "").replace("{,}", ",").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = re.sub(r"\\(?:left|right)(?![a-zA-Z])", "", s)
     s = re.sub(r"\\(?:displaystyle|,|;|:|quad|qquad)(?![a-zA-Z])", " ", s)
@@ -280,17 +296,61 @@ def _number_text(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
 
 
+# ------------------------------------------------------------------------------------ lists and relations
+
+_OPEN, _CLOSE = "([{", ")]}"
+#: Relations an answer may state its value with (``x = 18``, ``18 \\approx 18.0``); ``<``, ``\\le``,
+#: ``\\in`` and the like are left to the symbolic step.
+_RELATION = re.compile(r"\\(?:approx|simeq|doteq|sim)(?![a-zA-Z])|≈|(?<![<>!:\\])=(?!=)")
+#: The first side of a relation that names the answer instead of stating a value: ``x``, ``a_n``,
+#: ``f(2)``, ``P(A)``.
+_LABEL = re.compile(r"[a-zA-Z](?:_\{?\w+\}?)?(?:\([^()]{1,20}\))?")
+#: Most items in an unbracketed answer list compared as a multiset.
+MAX_LIST_ITEMS = 20
+
+
+def _top_level(s: str, sep: re.Pattern[str]) -> list[str]:
+    """``s`` split at the matches of ``sep`` that are outside every bracket (``( [ { \\{``, closed by
+    any closer, so a half-open interval ``(3,4]`` is one piece); ``[s]`` when there are none."""
+    pieces, depth, start, i = [], 0, 0, 0
+    while i < len(s):
+        ch = s[i]
+        if ch == "\\" and i + 1 < len(s) and s[i + 1] in "{}":
+            depth += 1 if s[i + 1] == "{" else -1
+            i += 2
+            continue
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth -= 1
+        elif depth == 0:
+            m = sep.match(s, i)
+            if m and m.end() > i:
+                pieces.append(s[start:i])
+                start = i = m.end()
+                continue
+        i += 1
+    pieces.append(s[start:])
+    return [p.strip() for p in pieces]
+
+
+def _value_text(piece: str, gold_has_equals: bool) -> str:
+    """A list item or a side of a relation as the symbolic step gets it: a plain number as that number."""
+    num = as_number(normalize(piece, gold_has_equals=gold_has_equals))
+    return _number_text(num) if num is not None else piece
+
+
 # ------------------------------------------------------------------------------------ the sandboxed helper
 
 
 class _SymbolicHelper:
-    """The sandboxed process that runs step 5 (:mod:`whale_envs.math._symbolic`), one per process."""
+    """One sandboxed process that runs step 5 (:mod:`whale_envs.math._symbolic`); used by one thread at a
+    time (the :class:`_HelperPool` hands it out)."""
 
     STARTUP_S = 120.0  # starting the jail and importing SymPy and math-verify; not counted per comparison
     RECYCLE_AFTER = 2000  # comparisons per helper (its RLIMIT_CPU covers its whole life)
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._proc = None
         self._owner = os.getpid()
         self._served = 0
@@ -316,27 +376,31 @@ class _SymbolicHelper:
         self._served = 0
         return proc
 
-    def compare(self, gold: str, pred: str, timeout_s: float) -> tuple[bool | None, str]:
-        """(decision, matcher); matcher ``timeout`` when the CPU limit (or the wall backstop) ran out."""
-        with self._lock:
-            if self._owner != os.getpid():  # a forked child: the parent's helper is not ours to use
-                self._proc, self._owner = None, os.getpid()
-            if self._proc is None or self._proc.poll() is not None or self._served >= self.RECYCLE_AFTER:
-                self.close()
-                self._proc = self._start()
-            proc = self._proc
-            proc.stdin.write(json.dumps({"gold": gold, "pred": pred, "cpu_s": timeout_s}) + "\n")
-            proc.stdin.flush()
-            self._served += 1
-            if select.select([proc.stdout], [], [], WALL_BACKSTOP * timeout_s + WALL_SLACK_S)[0]:
-                line = proc.stdout.readline()
-                if line:
-                    decided, matcher = json.loads(line)
-                    if matcher in ("timeout", "error"):
-                        self.close()  # a fresh helper for the next comparison, whatever state this one is in
-                    return decided, matcher
+    @property
+    def started(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def ensure_started(self) -> None:
+        if not self.started or self._served >= self.RECYCLE_AFTER:
             self.close()
-            return None, "timeout"
+            self._proc = self._start()
+
+    def run(self, job: dict[str, Any], timeout_s: float) -> tuple[bool | None, str]:
+        """(decision, matcher); matcher ``timeout`` when the CPU limit (or the wall backstop) ran out."""
+        self.ensure_started()
+        proc = self._proc
+        proc.stdin.write(json.dumps({**job, "cpu_s": timeout_s}) + "\n")
+        proc.stdin.flush()
+        self._served += 1
+        if select.select([proc.stdout], [], [], WALL_BACKSTOP * timeout_s + WALL_SLACK_S)[0]:
+            line = proc.stdout.readline()
+            if line:
+                decided, matcher = json.loads(line)
+                if matcher in ("timeout", "error"):
+                    self.close()  # a fresh helper for the next comparison, whatever state this one is in
+                return decided, matcher
+        self.close()
+        return None, "timeout"
 
     def close(self) -> None:
         if self._proc is not None and self._owner == os.getpid():
@@ -344,8 +408,75 @@ class _SymbolicHelper:
         self._proc = None
 
 
-_HELPER = _SymbolicHelper()
+class _HelperPool:
+    """``SIZE`` sandboxed helpers, each running one comparison at a time: an answer that takes its whole
+    CPU limit (or restarts its helper) holds one helper, and the other comparisons go on in the rest.
+    A caller waits only when every helper is busy. Helpers start on first use, one at a time as needed."""
+
+    SIZE = 2
+
+    def __init__(self, size: int = SIZE) -> None:
+        self._size = size
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()
+        self._helpers = [_SymbolicHelper() for _ in range(self._size)]
+        self._idle = list(self._helpers)
+
+    def _after_fork(self) -> None:  # a forked child: the parent's helpers (and lock state) are not ours
+        self._reset()
+
+    def _acquire(self) -> _SymbolicHelper:
+        with self._cond:
+            while not self._idle:
+                self._cond.wait()
+            # a started helper first: a fresh start costs a second, a running one nothing
+            helper = next((h for h in self._idle if h.started), self._idle[0])
+            self._idle.remove(helper)
+            return helper
+
+    def _release(self, helper: _SymbolicHelper) -> None:
+        with self._cond:
+            self._idle.append(helper)
+            self._cond.notify()
+
+    def compare(self, gold: Any, pred: Any, timeout_s: float, mode: str = "one") -> tuple[bool | None, str]:
+        """One comparison in a free helper (see :func:`whale_envs.math._symbolic.compare` for ``mode``)."""
+        helper = self._acquire()
+        try:
+            decided, matcher = helper.run({"gold": gold, "pred": pred, "mode": mode}, timeout_s)
+            if not helper.started:  # killed (timeout, error): its caller pays for the fresh one, not the next
+                try:
+                    helper.ensure_started()
+                except Exception:  # noqa: BLE001 - the next comparison tries again and reports why
+                    helper.close()
+            return decided, matcher
+        finally:
+            self._release(helper)
+
+    def start_all(self) -> None:
+        """Start every helper now (otherwise each starts when it is first needed)."""
+        taken = [self._acquire() for _ in range(self._size)]
+        try:
+            for helper in taken:
+                helper.ensure_started()
+        finally:
+            for helper in taken:
+                self._release(helper)
+
+    def procs(self) -> list:
+        """The helper processes running now."""
+        return [h._proc for h in self._helpers if h._proc is not None]
+
+    def close(self) -> None:
+        for helper in self._helpers:
+            helper.close()
+
+
+_HELPER = _HelperPool()
 atexit.register(_HELPER.close)
+os.register_at_fork(after_in_child=_HELPER._after_fork)
 
 
 # ------------------------------------------------------------------------------------ check
@@ -379,11 +510,55 @@ def check(answer: str | None, gold: str, *, timeout_s: float = 5.0) -> Verdict:
     g_num, p_num = as_number(g_norm), as_number(p_norm)
     if g_num is not None and p_num is not None:
         return verdict(g_num == p_num, "numeric")
-    # A side that is a plain number goes to the symbolic step as that number, not as its digits.
-    g_tex = _number_text(g_num) if g_num is not None else latex_clean(gold)
-    p_tex = _number_text(p_num) if p_num is not None else latex_clean(extracted)
+    g_clean, p_clean = latex_clean(gold), latex_clean(extracted)
     if not gold_eq:
-        p_tex = _LEAD_VAR.sub("", p_tex)
+        p_clean = _LEAD_VAR.sub("", p_clean)
+
+    # An unbracketed list answered for an unbracketed list gold ("separated by commas"): a multiset.
+    g_items = _top_level(g_clean, re.compile(",")) if g_num is None else [g_clean]
+    p_items = _top_level(p_clean, re.compile(","))
+    if 1 < len(g_items) <= MAX_LIST_ITEMS and len(p_items) > 1 and p_num is None:
+        if len(p_items) != len(g_items) or not all(p_items) or not all(g_items):
+            return verdict(False, "none")
+        if not gold_eq:
+            p_items = [_LEAD_VAR.sub("", item) for item in p_items]
+        if any(_RELATION.search(item) for item in p_items):
+            return verdict(False, "none")  # a list item is a value, not a relation
+        g_vals = [as_number(normalize(item)) for item in g_items]
+        p_vals = [as_number(normalize(item, gold_has_equals=gold_eq)) for item in p_items]
+        if None not in g_vals and None not in p_vals:
+            return verdict(sorted(g_vals) == sorted(p_vals), "numeric")  # type: ignore[type-var]
+        golds = [_value_text(item, True) for item in g_items]
+        preds = [_value_text(item, gold_eq) for item in p_items]
+        if sum(map(len, golds)) > MAX_SYMBOLIC_CHARS or sum(map(len, preds)) > MAX_SYMBOLIC_CHARS:
+            return verdict(False, "none")
+        decided, matcher = _HELPER.compare(golds, preds, timeout_s, mode="multiset")
+        return verdict(bool(decided), matcher, timed_out=matcher == "timeout")
+
+    # A relation for a gold that is none (x = 18, 19 = 18, 18 \approx 17): every side must be the gold
+    # (the first may name it instead: x, a_n, f(2)). A false relation is not the answer.
+    sides = _top_level(p_clean, _RELATION) if not _RELATION.search(g_clean) else [p_clean]
+    if len(sides) > 1:
+        if not all(sides):
+            return verdict(False, "none")
+        if _LABEL.fullmatch(sides[0]):
+            sides = sides[1:]
+        if g_num is not None:
+            values = [as_number(normalize(side, gold_has_equals=True)) for side in sides]
+            if any(v is not None and v != g_num for v in values):
+                return verdict(False, "numeric")
+            if None not in values:
+                return verdict(True, "numeric")
+        g_text = _number_text(g_num) if g_num is not None else g_clean
+        preds = [_value_text(side, True) for side in sides]
+        if len(g_text) > MAX_SYMBOLIC_CHARS or sum(map(len, preds)) > MAX_SYMBOLIC_CHARS:
+            return verdict(False, "none")
+        decided, matcher = _HELPER.compare(g_text, preds, timeout_s, mode="chain")
+        return verdict(bool(decided), matcher, timed_out=matcher == "timeout")
+
+    # A side that is a plain number goes to the symbolic step as that number, not as its digits.
+    g_tex = _number_text(g_num) if g_num is not None else g_clean
+    p_tex = _number_text(p_num) if p_num is not None else p_clean
     if len(g_tex) > MAX_SYMBOLIC_CHARS or len(p_tex) > MAX_SYMBOLIC_CHARS:
         return verdict(False, "none")
     decided, matcher = _HELPER.compare(g_tex, p_tex, timeout_s)
