@@ -16,7 +16,7 @@ from whale_train.cli_common import add_command
 from whale_train.config_io import describe
 from whale_train.llm.replicas import WeightSyncError
 from whale_train.rsft import ModelFailure
-from whale_train.trainer import Run, TrainConfig, eval_task_ids, shipped_configs, sigint_stops_run
+from whale_train.trainer import Run, TrainConfig, shipped_configs, sigint_stops_run
 
 
 def add_parser(subparsers) -> None:
@@ -50,6 +50,13 @@ def add_parser(subparsers) -> None:
         "format), which runs code written in it; only for a run folder you trust (recorded in "
         "trusted_state.log)",
     )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check everything the run needs (task files, test sets, model, backend, retriever, judge and "
+        "proposer keys) and list every problem with its fix; starts nothing, writes nothing (exit 2 on a problem)",
+    )
+    p.add_argument("--json", action="store_true", help="with --check: print one JSON object")
     p.add_argument("--no-report", action="store_true", help="do not write report.md and plots at the end")
     p.add_argument(
         "--eval-cache",
@@ -125,20 +132,14 @@ def follow_run(config: TrainConfig, trust_state: bool = False) -> int:
 def cmd_train(args) -> int:
     from rich.table import Table
 
-    from whale_envs.tasks import TaskSourceError
-    from whale_train.cli_common import (
-        CLIError,
-        Interrupted,
-        check_model,
-        console,
-        load_harness_for,
-        make_env,
-        progress_bar,
-    )
+    from whale_train.cli_common import CLIError, Interrupted, console, errors, progress_bar
+    from whale_train.preflight import preflight
 
     if args.fields:
         console.print("\n".join(describe(TrainConfig)), markup=False, highlight=False)
         return 0
+    if args.check:
+        return check_only(args)
     config = _train_config(args)
     out = Path(args.out or f"runs/{config.name}")
     if args.resume and not out.exists():
@@ -148,14 +149,11 @@ def cmd_train(args) -> int:
     if not distributed.is_main():  # accelerate launch: this rank only trains, on rank 0's examples
         return follow_run(config, args.trust_state)
     try:
-        # user errors in the config surface here, before the run directory is made
-        make_env(config.env, config.tasks, "train", **config.env_options)
-        try:
-            eval_task_ids(config)  # every test set loads, has tasks, and no two share an id
-        except (TaskSourceError, ValueError) as exc:
-            raise CLIError(f"eval.tasks: {exc}" if not str(exc).startswith("eval") else str(exc)) from None
-        load_harness_for(config.harness_name, config.env)
-        check_model(config.model, config.backend, flag="model (in the config, or --set model=NAME)")
+        # every problem of the config, the data, the model and the services, before the run directory is made
+        report = preflight(config, out, resume=args.resume)
+        if not report.ok:
+            errors.print(report.text(), markup=False, highlight=False)
+            return 2
         try:
             run = Run(
                 config,
@@ -166,8 +164,9 @@ def cmd_train(args) -> int:
                 eval_cache=args.eval_cache,
                 trust_state=args.trust_state,
             )
-        except (FileExistsError, ValueError, ImportError) as exc:
-            raise CLIError(str(exc)) from None
+        except (FileExistsError, ValueError, ImportError, RuntimeError, OSError) as exc:
+            # the engine or the model failed to start (vLLM, ModelNotFound, the hub cache): one line
+            raise CLIError(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)) from None
         console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")
         try:
             with sigint_stops_run():
@@ -204,7 +203,10 @@ def cmd_train(args) -> int:
     table.add_row("best test mean@k", f"{pct(summary['best_mean'])} ± {pct(summary['best_se'])}")
     table.add_row("reached at rollouts", str(summary["best_at_rollouts"]))
     table.add_row("rollouts spent / budget", f"{summary['rollouts']} / {summary['budget']}")
-    table.add_row("wall time", f"{summary['wall_seconds']:.0f} s")
+    startup = summary.get("startup_seconds")
+    table.add_row(
+        "wall time", f"{summary['wall_seconds']:.0f} s" + (f" (start-up {startup:.0f} s)" if startup else "")
+    )
     console.print(table)
     if not args.no_report:
         from whale_train.report import write_report
@@ -212,6 +214,26 @@ def cmd_train(args) -> int:
         path = write_report([out])
         console.print(f"report: {path}   plots: {path.parent / 'plots'}")
     return 0
+
+
+def check_only(args) -> int:
+    """``whale train CONFIG --check``: every pre-flight problem, one line each with its fix (exit 2), or what
+    was checked (exit 0); ``--json``: one JSON object. Nothing is started or written."""
+    from whale_train.cli_common import CLIError, console, errors
+    from whale_train.preflight import Problem, Report, preflight
+
+    try:
+        config = _train_config(args)
+    except CLIError as exc:  # the config itself: the other checks need it
+        report = Report({}, [Problem("config", str(exc), "fix the config file or the --set")])
+    else:
+        out = Path(args.out or f"runs/{config.name}")
+        report = preflight(config, out, resume=args.resume)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=1))
+    else:
+        (console if report.ok else errors).print(report.text(), markup=False, highlight=False)
+    return 0 if report.ok else 2
 
 
 def stopped_message(out: Path) -> str:

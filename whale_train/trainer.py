@@ -380,11 +380,14 @@ class Run:
             )
         # resume without state.json (killed before the first unit finished): start over in place
         # One writer per run directory (two would interleave their units in one ledger), until run() ends.
+        fresh = not self.dir.exists()
         hold_folder(self.dir, RUN_LOCK, "whale train")
         try:
             self._open(config, resume, existing, llm)
         except BaseException:
             release_folder(self.dir, RUN_LOCK)
+            if fresh:  # a start that failed (the engine, the model) leaves no run folder behind
+                shutil.rmtree(self.dir, ignore_errors=True)
             raise
 
     def _open(self, config: TrainConfig, resume: bool, existing: bool, llm: Any) -> None:
@@ -396,7 +399,9 @@ class Run:
                 )
         atomic_write_text(self.dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
         check_split_secret(self.dir, resume)
+        started = time.monotonic()  # the wall time counts the engine's start-up (vLLM: a minute)
         self.llm = llm if llm is not None else self._load_llm()
+        self.startup_seconds = round(time.monotonic() - started, 1)
         self.schedule = make_schedule(config.method, config.schedule)
         self.rsft: RSFT | None = None
         self.search: HarnessPhase | None = None
@@ -407,7 +412,7 @@ class Run:
         self.evaluated: set[str] = set()
         self.rescored: set[int] = set()  # model versions whose harness re-scoring the ledger has charged
         self.iterations = 0  # search iterations finished (a rerun unit asks for the same iteration again)
-        self.started = time.monotonic()
+        self.started = started
         self.elapsed_before = 0.0
         self.tracker: Tracker | None = None
         if resume and existing:
@@ -864,6 +869,7 @@ class Run:
             "final_mean": evals[-1]["mean"] if evals else None,
             "evals": len(evals),
             "wall_seconds": round(self.elapsed_before + time.monotonic() - self.started, 1),
+            "startup_seconds": self.startup_seconds,  # of this process: loading the model or starting the engine
         }
 
 
