@@ -9,7 +9,8 @@ Spec strings (``tasks=`` of the env, or any ``--tasks``)::
     hotpotqa:QUESTIONS.json[?corpus=CORPUS]
     musique                        bundled: 100 MuSiQue-Ans train questions + their 1890-passage corpus
     musique:QUESTIONS.json[l][?corpus=CORPUS]
-    nq:QUESTIONS.jsonl?corpus=CORPUS   NQ-open questions over the user's corpus
+    nq:QUESTIONS.jsonl?corpus=CORPUS   NQ-open questions over the user's corpus (or ?retriever=URL)
+    ...&retriever=URL              any of these (not generated): searched through a retrieval server
     searchr1:FILE[?corpus=CORPUS][&retriever=URL][&data_sources=nq,hotpotqa]
                                    Search-R1's verl parquet (the paper's NQ+HotpotQA train mixture and
                                    its seven-benchmark test file); also jsonl, a folder of parquet
@@ -41,6 +42,7 @@ A source built from the same files is built once per process and shared, corpus 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from collections.abc import Callable, Iterable, Iterator
@@ -250,14 +252,43 @@ def _load(
     corpus: str | None,
     build: Callable[[Path, str, Path | None], ListSource[SearchQuestion]],
     name: str | None = None,
+    retriever: str | None = None,
 ) -> ListSource[SearchQuestion]:
     """The source of the question file ``path`` (default: the ``bundled`` one) over its corpus, built
-    once per (kind, files) by ``build(file, name, corpus_file)`` and cached."""
+    once per (kind, files) by ``build(file, name, corpus_file)`` and cached. ``retriever``: a retrieval
+    server's URL that every question searches instead of the corpus (:func:`_with_retriever`)."""
+    check_retriever(kind, retriever)
     file, default_name = _resolve(path, bundled, kind)
     corpus_file = _corpus_for(file, corpus)
     key = (kind, _file_key(file), corpus_file and _file_key(corpus_file))
     if key not in _SOURCES:
         _SOURCES[key] = build(file, name or default_name, corpus_file)
+    return _with_retriever(_SOURCES[key], retriever)
+
+
+def check_retriever(kind: str, retriever: str | None) -> None:
+    """A ``retriever=`` option must be an http(s) URL (TaskSourceError naming the source otherwise)."""
+    if retriever is None:
+        return
+    from whale_envs.search.remote import check_url
+
+    try:
+        check_url(retriever)
+    except ValueError as exc:
+        raise TaskSourceError(f"{kind}: {exc}") from None
+
+
+def _with_retriever(source: ListSource[SearchQuestion], retriever: str | None) -> ListSource[SearchQuestion]:
+    """``source`` with every question searching ``retriever`` (a server speaking Search-R1's API) instead
+    of its local corpus, as the env's ``retriever=`` option does; the corpus stays for the supporting
+    passages. Cached per (source, URL)."""
+    if retriever is None:
+        return source
+    key = ("retriever", id(source), retriever)
+    if key not in _SOURCES:
+        tasks = [Task(t.id, dataclasses.replace(t.payload, retriever=retriever), t.meta) for t in source]
+        sep = "&" if "?" in source.name else "?"
+        _SOURCES[key] = ListSource(f"{source.name}{sep}retriever={retriever}", tasks)
     return _SOURCES[key]
 
 
@@ -290,11 +321,16 @@ def _question_corpus(
 
 
 def load_hotpotqa(
-    path: str | None = None, *, corpus: str | None = None, sample: str | None = None
+    path: str | None = None,
+    *,
+    corpus: str | None = None,
+    sample: str | None = None,
+    retriever: str | None = None,
 ) -> ListSource[SearchQuestion]:
     """HotpotQA questions (``_id``, ``question``, ``answer``, ``supporting_facts``, ``context``).
 
-    ``sample`` picks a bundled file when no path is given: ``train`` (default) or ``dev``.
+    ``sample`` picks a bundled file when no path is given: ``train`` (default) or ``dev``. ``retriever``:
+    a retrieval server's URL searched instead of the corpus (as for every search source).
     """
     if path and sample is not None:
         raise TaskSourceError("hotpotqa: 'sample' picks a bundled file; it cannot be used with a path")
@@ -302,7 +338,7 @@ def load_hotpotqa(
         raise TaskSourceError(f"hotpotqa: unknown sample {sample!r}; choose one of {sorted(HOTPOT_SAMPLES)}")
     bundled = ("hotpotqa", HOTPOT_SAMPLES[sample or "train"])
     name = f"hotpotqa?sample={sample}" if sample is not None else None
-    return _load("hotpotqa", path, bundled, corpus, _build_hotpotqa, name)
+    return _load("hotpotqa", path, bundled, corpus, _build_hotpotqa, name, retriever)
 
 
 def _build_hotpotqa(file: Path, name: str, corpus_file: Path | None) -> ListSource[SearchQuestion]:
@@ -348,10 +384,13 @@ def _list_source(name: str, tasks: list[Task[SearchQuestion]], file: Path) -> Li
 # ------------------------------------------------------------------------------ MuSiQue
 
 
-def load_musique(path: str | None = None, *, corpus: str | None = None) -> ListSource[SearchQuestion]:
+def load_musique(
+    path: str | None = None, *, corpus: str | None = None, retriever: str | None = None
+) -> ListSource[SearchQuestion]:
     """MuSiQue questions (``id``, ``question``, ``answer``, ``answer_aliases``, ``paragraphs``), JSON or
-    JSON Lines. Unanswerable questions (``answerable`` false, MuSiQue-Full) are skipped."""
-    return _load("musique", path, ("musique", MUSIQUE_SAMPLE), corpus, _build_musique)
+    JSON Lines. Unanswerable questions (``answerable`` false, MuSiQue-Full) are skipped. ``retriever``: a
+    retrieval server's URL searched instead of the corpus."""
+    return _load("musique", path, ("musique", MUSIQUE_SAMPLE), corpus, _build_musique, None, retriever)
 
 
 def _build_musique(file: Path, name: str, corpus_file: Path | None) -> ListSource[SearchQuestion]:
@@ -389,20 +428,33 @@ def _build_musique(file: Path, name: str, corpus_file: Path | None) -> ListSourc
 # ------------------------------------------------------------------------------ NQ-open
 
 
-def load_nq(path: str | None = None, *, corpus: str | None = None) -> ListSource[SearchQuestion]:
-    """NQ-open questions (JSON Lines of ``question`` and ``answer`` list) over the corpus ``corpus=``.
+def load_nq(
+    path: str | None = None, *, corpus: str | None = None, retriever: str | None = None
+) -> ListSource[SearchQuestion]:
+    """NQ-open questions (JSON Lines of ``question`` and ``answer`` list) over the corpus ``corpus=``, or
+    searched through a retrieval server (``retriever=URL``) instead.
 
     Without a path (only when called from Python) the bundled NQ-open dev questions are used."""
-    if corpus is None:
+    if corpus is None and retriever is None:
         raise TaskSourceError(
-            "nq: NQ-open has no passages, so it needs a corpus: 'nq:QUESTIONS.jsonl?corpus=PATH'"
-            " (a JSON/JSON Lines file of title+text records, or a DPR-style TSV)"
+            "nq: NQ-open has no passages, so it needs a corpus or a retrieval server: "
+            "'nq:QUESTIONS.jsonl?corpus=PATH' (a JSON/JSON Lines file of title+text records, or a DPR-style "
+            "TSV) or 'nq:QUESTIONS.jsonl?retriever=URL'"
         )
-    return _load("nq", path, ("nq_open", NQ_SAMPLE), corpus, _build_nq)
+    if corpus is None:  # the questions alone, every one searching the server
+        check_retriever("nq", retriever)
+        file, name = _resolve(path, ("nq_open", NQ_SAMPLE), "nq")
+        key = ("nq", _file_key(file), None, retriever)
+        if key not in _SOURCES:
+            _SOURCES[key] = _build_nq(file, name, None, retriever)
+        return _SOURCES[key]
+    return _load("nq", path, ("nq_open", NQ_SAMPLE), corpus, _build_nq, None, retriever)
 
 
-def _build_nq(file: Path, name: str, corpus_file: Path) -> ListSource[SearchQuestion]:
-    shared = load_corpus(corpus_file)
+def _build_nq(
+    file: Path, name: str, corpus_file: Path | None, retriever: str | None = None
+) -> ListSource[SearchQuestion]:
+    shared = load_corpus(corpus_file) if corpus_file is not None else None
     tasks = []
     for index, (row, where, record) in enumerate(read_records(file)):
         question = _field(record, where, "question")
@@ -411,9 +463,14 @@ def _build_nq(file: Path, name: str, corpus_file: Path) -> ListSource[SearchQues
             raise TaskSourceError(f"{where}: 'answer' should be a non-empty list of non-empty strings")
         meta = {"difficulty": None, "source": name, "row": row}
         tasks.append(
-            Task(str(index), SearchQuestion(question, tuple(dict.fromkeys(answers)), shared, None), meta)
+            Task(
+                str(index),
+                SearchQuestion(question, tuple(dict.fromkeys(answers)), shared, None, retriever),
+                meta,
+            )
         )
-    return _list_source(f"{name}?corpus={corpus_file}", tasks, file)
+    where = f"corpus={corpus_file}" if corpus_file is not None else f"retriever={retriever}"
+    return _list_source(f"{name}?{where}", tasks, file)
 
 
 # ------------------------------------------------------------------------------ Search-R1 (verl parquet)
@@ -466,13 +523,7 @@ def load_verl_search(
 def _load_searchr1(
     kind: str, path: str, corpus: str | None, retriever: str | None, data_sources: str | None
 ) -> ListSource[SearchQuestion]:
-    if retriever is not None:
-        from whale_envs.search.remote import check_url
-
-        try:
-            check_url(retriever)
-        except ValueError as exc:
-            raise TaskSourceError(f"{kind}: {exc}") from None
+    check_retriever(kind, retriever)
     hub = is_hub_name(path)  # hf://ORG/NAME: read from the Hugging Face cache, keyed by its name
     file = Path(path).expanduser()
     if not hub and not file.exists():
