@@ -11,6 +11,7 @@ The run directory::
     state.json        where the run stands (written atomically after each unit): what --resume reads
     splits.json       the split key's fingerprint (whale_envs.splits; never the secret); after the run,
                       the ids of every test set
+    trusted_state.log what ``--resume --trust-state`` unpickled in full (only when it was asked for)
     checkpoints/<v>/  model versions (save_pretrained + optimizer state)
     archive/          the harness archive (candidates, scores and traces per model version)
     eval/             test mean@k per (model version, harness)
