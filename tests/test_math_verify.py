@@ -414,6 +414,8 @@ def test_issue_48_rules(answer, gold):
         ("\\sqrt{2}, -2", "-2, \\sqrt{2}", True),
         ("080, 10", "10,\\!080", False),
         ("(1, -2)", "(-2, 1)", False),
+        ("2^500", "2^{500}", True),  # within the caps: a computed 151-digit number is no long literal
+        ("2 \\cdot 10^{99}", "2\\times 10^{99}", True),
     ],
 )
 def test_issue_48_keeps(answer, gold, solved):

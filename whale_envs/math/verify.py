@@ -455,16 +455,6 @@ class _HelperPool:
         finally:
             self._release(helper)
 
-    def start_all(self) -> None:
-        """Start every helper now (otherwise each starts when it is first needed)."""
-        taken = [self._acquire() for _ in range(self._size)]
-        try:
-            for helper in taken:
-                helper.ensure_started()
-        finally:
-            for helper in taken:
-                self._release(helper)
-
     def procs(self) -> list:
         """The helper processes running now."""
         return [h._proc for h in self._helpers if h._proc is not None]
