@@ -17,6 +17,7 @@ import ast
 import importlib.util
 import json
 import os
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -298,7 +299,7 @@ def _in_hf_cache(model: str) -> bool:
 def check_backend(ctx: Context) -> Iterator[Problem | str]:
     config = ctx.config
     if config.backend == "vllm":
-        if importlib.util.find_spec("vllm") is None:
+        if not _importable("vllm"):
             yield Problem(
                 "backend",
                 "backend vllm: vLLM is not installed in this Python environment",
@@ -338,6 +339,16 @@ def check_backend(ctx: Context) -> Iterator[Problem | str]:
             )
     else:
         yield config.backend
+
+
+def _importable(module: str) -> bool:
+    """Whether ``module`` can be imported here (one already imported counts, whatever its spec)."""
+    if module in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def scoring_problem(config: Any) -> Problem | None:
@@ -522,7 +533,7 @@ def check_trackers(ctx: Context) -> Iterator[Problem | str]:
     names = parse_report_to(ctx.config.report_to)
     package = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
     for name in names:
-        if importlib.util.find_spec(package.get(name, name)) is None:
+        if not _importable(package.get(name, name)):
             yield Problem(
                 "trackers",
                 f"report_to names {name}, which is not installed",
