@@ -17,7 +17,7 @@ PINNED_TESTS = tests/test_llm_backends.py tests/test_rsft.py tests/test_trainer.
 export HF_HUB_OFFLINE = 1
 export TOKENIZERS_PARALLELISM = false
 
-.PHONY: install install-pinned install-vllm install-claude-code demo test test-pinned test-vllm bench lint clean
+.PHONY: install install-pinned install-vllm install-claude-code demo test test-pinned test-vllm bench results lint clean
 
 install: $(VENV)/.installed
 
@@ -113,6 +113,12 @@ test-pinned: install-pinned
 
 bench: install
 	$(BIN)/python -m pytest benchmarks --benchmark-enable --benchmark-only -q
+
+# The run outputs the README's numbers are rebuilt from (the decisive grid's record of finished runs) live
+# in benchmarks/results.tar.xz: this unpacks them in place (standard library only; `python
+# benchmarks/results.py pack` writes the archive again after runs are added, `check` compares the two).
+results:
+	$(PYTHON) benchmarks/results.py unpack
 
 clean:
 	rm -rf $(VENV) $(PINNED) $(VLLM_VENV) *.egg-info .pytest_cache .ruff_cache .benchmarks .hypothesis

