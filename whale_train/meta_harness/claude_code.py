@@ -67,6 +67,7 @@ from urllib.parse import urlsplit
 
 from harnesses.loader import harness_from_source
 from harnesses.validate import HarnessValidationError
+from whale_train.meta_harness import claude_code_launcher
 from whale_train.meta_harness.agent_proposer import AgentProposer
 from whale_train.meta_harness.archive import SEARCH_DIR, atomic_write_text
 from whale_train.meta_harness.config import MetaHarnessConfig
@@ -98,91 +99,10 @@ Hand in candidate k (k = 1 .. {slots}) as two files in /sandbox/scratch:
 Write NOTES.md in /sandbox/scratch before you finish. When the files are written, stop.
 """
 
-#: Runs inside the jail (standard library only): own network namespace with loopback up, a forwarder
-#: from one loopback port to the relay's Unix socket, then the CLI; prints one JSON summary line.
-LAUNCHER = r"""
-import ctypes, fcntl, json, os, socket, struct, subprocess, sys, threading
-
-RELAY = "/whale-relay/api.sock"
-cfg = json.loads(sys.argv[1])
-libc = ctypes.CDLL(None, use_errno=True)
-uid, gid = os.getuid(), os.getgid()
-if libc.unshare(0x10000000 | 0x40000000) != 0:  # CLONE_NEWUSER | CLONE_NEWNET
-    print(json.dumps({"launcher_error": "unshare: " + os.strerror(ctypes.get_errno())}))
-    sys.exit(3)
-for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-    with open("/proc/self/" + name, "w") as fh:
-        fh.write(text)
-with socket.socket() as s:  # SIOCSIFFLAGS lo: IFF_UP | IFF_LOOPBACK | IFF_RUNNING
-    fcntl.ioctl(s.fileno(), 0x8914, struct.pack("16sH14s", b"lo", 0x1 | 0x8 | 0x40, b""))
-listener = socket.socket()
-listener.bind(("127.0.0.1", 0))
-listener.listen(16)
-port = listener.getsockname()[1]
-
-
-def pipe(src, dst):
-    try:
-        while True:
-            data = src.recv(65536)
-            if not data:
-                break
-            dst.sendall(data)
-    except OSError:
-        pass
-    for s in (src, dst):
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-
-def serve():
-    while True:
-        client, _ = listener.accept()
-        up = socket.socket(socket.AF_UNIX)
-        try:
-            up.connect(RELAY)
-        except OSError:
-            client.close()
-            continue
-        threading.Thread(target=pipe, args=(client, up), daemon=True).start()
-        threading.Thread(target=pipe, args=(up, client), daemon=True).start()
-
-
-threading.Thread(target=serve, daemon=True).start()
-home = "/sandbox/home"
-os.makedirs(home, exist_ok=True)
-env = dict(os.environ, HOME=home, SHELL="/bin/bash", TMPDIR="/sandbox", IS_SANDBOX="1",
-           ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}", ANTHROPIC_API_KEY=cfg["key"],
-           DISABLE_AUTOUPDATER="1", DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1",
-           CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
-proc = subprocess.Popen(cfg["argv"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE, text=True, errors="replace")
-errors = []
-threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True).start()
-tools, failed, result, names = {}, 0, None, {}
-for line in proc.stdout:
-    try:
-        msg = json.loads(line)
-    except ValueError:
-        continue
-    content = (msg.get("message") or {}).get("content") if isinstance(msg, dict) else None
-    if msg.get("type") == "assistant" and isinstance(content, list):
-        for b in content:
-            if isinstance(b, dict) and b.get("type") == "tool_use":
-                tools[b.get("name")] = tools.get(b.get("name"), 0) + 1
-                names[b.get("id")] = b.get("name")
-    elif msg.get("type") == "user" and isinstance(content, list):
-        for b in content:
-            if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("is_error"):
-                failed += names.get(b.get("tool_use_id")) == "Bash"
-    elif msg.get("type") == "result":
-        result = msg
-status = proc.wait()
-print(json.dumps({"exit": status, "tools": tools, "bash_failed": failed, "result": result,
-                  "stderr": "".join(errors)[-2000:]}))
-"""
+#: Runs inside the jail (:mod:`.claude_code_launcher`, standard library only): own network namespace
+#: with loopback up, a forwarder from one loopback port to the relay's Unix socket, then the CLI; prints
+#: one JSON summary line. Its text is written into the scratch folder and run as a file.
+LAUNCHER = Path(claude_code_launcher.__file__).read_text(encoding="utf-8")
 
 
 def find_cli(configured: str | None = None) -> tuple[Path, Path]:

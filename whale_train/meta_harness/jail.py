@@ -1,9 +1,9 @@
 """The agent proposer's workbench: shell commands in an OS jail, with a scratch folder kept for an iteration.
 
-One :class:`ProposerJail` per iteration. Its first command starts a small server program inside
-``whale_envs.sandbox.spawn_jailed``; every ``run(command)`` is a ``/bin/sh -c`` child of that server, so
-the scratch folder (the jail's private tmpfs) lives as long as the iteration and no longer. What a
-command sees:
+One :class:`ProposerJail` per iteration. Its first command starts a small server program
+(:mod:`.jail_server`) inside ``whale_envs.sandbox.spawn_jailed``; every ``run(command)`` is a
+``/bin/sh -c`` child of that server, so the scratch folder (the jail's private tmpfs) lives as long as
+the iteration and no longer. What a command sees:
 
 * ``/archive``: the archive folder, **read-only** (sources, scores, traces with gold answers hidden);
 * ``/sdk``: a copy of the ``harnesses`` package (the harness contract) and of the ``whale_envs``
@@ -37,140 +37,14 @@ from importlib import util as import_util
 from pathlib import Path
 
 from whale_envs.sandbox import IsolationUnavailable, Limits, SandboxProcess, cut_middle, spawn_jailed
+from whale_train.meta_harness import jail_server, jail_split
 
-#: The server inside the jail (standard library only). One JSON request per line on stdin, one JSON
-#: answer per line on stdout, each carrying the request's nonce.
-SERVER = r"""
-import json, os, resource, selectors, signal, subprocess, sys, time
+#: The server inside the jail (:mod:`.jail_server`, standard library only), as the text the jail runs.
+SERVER = Path(jail_server.__file__).read_text(encoding="utf-8")
 
-SCRATCH = "/sandbox/scratch"
-os.makedirs(SCRATCH, exist_ok=True)
-os.makedirs("/sandbox/bin", exist_ok=True)
-if not os.path.exists("/sandbox/bin/python"):
-    os.symlink(sys.executable, "/sandbox/bin/python")
-ENV = dict(os.environ)
-ENV["PYTHONPATH"] = os.pathsep.join(["/sdk"] + [p for p in ENV.get("PYTHONPATH", "").split(os.pathsep) if p])
-ENV["PATH"] = "/sandbox/bin:" + ENV.get("PATH", "/usr/bin:/bin")
-ENV["HOME"] = SCRATCH
-ENV.pop("PYTHONDONTWRITEBYTECODE", None)
-
-
-def inside(rel):
-    path = os.path.normpath(os.path.join(SCRATCH, rel))
-    if path != SCRATCH and not path.startswith(SCRATCH + "/"):
-        raise ValueError("outside the scratch folder")
-    return path
-
-
-def sweep():
-    # SIGKILL every process of the jail's PID namespace but its init (PID 1) and this server: what a
-    # command started ends with it, however it detached (setsid, a double fork, a user namespace of its
-    # own). Passes until none is left (one forked during a pass is caught by the next); returns how many
-    # were killed, or -1 if some survived 200 passes.
-    me, killed = os.getpid(), 0
-    for _ in range(200):
-        found = 0
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) in (1, me):
-                continue
-            try:
-                with open(f"/proc/{name}/stat", "rb") as fh:
-                    state = fh.read().rpartition(b")")[2].split()[0]
-            except (OSError, IndexError):
-                continue
-            if state in (b"Z", b"X"):  # dead already (the server or PID 1 reaps it)
-                continue
-            found += 1
-            try:
-                os.kill(int(name), signal.SIGKILL)
-            except OSError:
-                pass
-        if not found:
-            return killed
-        killed += found
-        time.sleep(0.002)
-    return -1
-
-
-def run(req):
-    start = time.monotonic()
-    cpu = int(req["cpu_s"])
-
-    def limits():
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-
-    proc = subprocess.Popen(
-        ["/bin/sh", "-c", req["command"]], cwd=SCRATCH, env=ENV, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=limits,
-    )
-    out, limit = bytearray(), None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = start + float(req["wall_s"])
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            limit = "wall"
-            break
-        if not sel.select(left):
-            continue
-        chunk = os.read(proc.stdout.fileno(), 65536)
-        if not chunk:
-            break
-        out += chunk
-        if len(out) > int(req["output_bytes"]):
-            limit = "output"
-            break
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # whatever the command left running in its group
-    except OSError:
-        pass
-    left = sweep()  # and whatever left the group (setsid, a double fork)
-    status = proc.wait()
-    proc.stdout.close()
-    if limit is None and status in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
-        limit = "cpu"
-    return {"exit": status, "output": out.decode("utf-8", "replace"), "limit": limit,
-            "wall_s": round(time.monotonic() - start, 3), "swept": left}
-
-
-for line in sys.stdin:
-    req = json.loads(line)
-    try:
-        if req["op"] == "run":
-            ans = run(req)
-        elif req["op"] == "put":
-            path = inside(req["path"])
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(req["text"])
-            ans = {"ok": True}
-        elif req["op"] == "get":
-            path = inside(req["path"])
-            ans = {"text": open(path, encoding="utf-8", errors="replace").read(int(req["max"]))
-                   if os.path.isfile(path) else None}
-        else:
-            ans = {"error": "unknown op"}
-    except Exception as exc:
-        ans = {"error": type(exc).__name__ + ": " + str(exc)}
-    ans["nonce"] = req.get("nonce")
-    sys.stdout.write(json.dumps(ans) + "\n")
-    sys.stdout.flush()
-"""
-
-
-#: Appended to the jail's copy of ``whale_envs/tasks.py``: the held-out split cannot be listed there.
-NO_TEST_SPLIT = """
-
-# added by the proposer's jail: the held-out split is not available to the proposer
-_check_split_outside_the_jail = check_split
-
-
-def check_split(split: str) -> str:
-    if split in ("test", "all"):
-        raise ValueError(f"split {split!r} is not available in the proposer's jail")
-    return _check_split_outside_the_jail(split)
-"""
+#: Appended to the jail's copy of ``whale_envs/tasks.py`` (:mod:`.jail_split`): the held-out split
+#: cannot be listed there.
+NO_TEST_SPLIT = "\n\n# added by the proposer's jail\n" + Path(jail_split.__file__).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
