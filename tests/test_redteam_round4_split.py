@@ -14,8 +14,6 @@ compute (the old split rule on the id, on the question or the FEN) tells the tes
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import gymnasium as gym
 import pytest
@@ -146,19 +144,30 @@ def test_splits_are_keyed_by_the_secret(monkeypatch, tmp_path):
 
 
 def test_the_jail_cannot_list_or_rebuild_the_held_out_tasks(tmp_path):
-    """What the proposer's jail has (the SDK, a clean environment, a HOME of its own, no secret) lists a
-    "test" split that overlaps the real one only by chance, and rebuilds generated chess tasks that are
-    not the run's (a generated task's content is drawn under the key too)."""
+    """The round-3 attack, run in the proposer's real jail: its SDK holds the generators and the split
+    function, and one command listed every test task. Now the jail has no secret (a clean environment, a
+    HOME of its own): the "test" split it computes overlaps the run's only by chance, and the generated
+    chess tasks it rebuilds are not the run's held-out ones (their content is drawn under the key too)."""
+    from whale_envs.sandbox import isolation_problem
+    from whale_train.meta_harness.jail import JailLimits, ProposerJail
+
+    problem = isolation_problem(True)
+    if problem:
+        pytest.skip(f"the jail needs namespaces: {problem}")
     code = (
         "import json, whale_envs\n"
-        "from whale_envs.tasks import make_source, split_ids\n"
+        "from whale_envs.tasks import make_source, split_of\n"
         "s = make_source('math', 'generated?size=2000')\n"
         "c = make_source('chess', 'generated?size=40&difficulty=1')\n"
-        "print(json.dumps([split_ids(s, 'test'), [c.get(i).payload.fen for i in c.ids()]]))\n"
+        "test = [i for i in s.ids() if split_of(i) == 'test']\n"
+        "print(json.dumps([test, [c.get(i).payload.fen for i in c.ids()]]))\n"
     )
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    listed, fens = json.loads(out.stdout)
+    (tmp_path / "archive").mkdir()
+    with ProposerJail(tmp_path / "archive", JailLimits(wall_s=120, cpu_s=120)) as jail:
+        jail.put("attack.py", code)
+        result = jail.run("python attack.py")
+    assert result.ok, result.observation()
+    listed, fens = json.loads(result.output.strip().splitlines()[-1])
     real = set(split_ids(make_source("math", "generated?size=2000"), "test"))
     overlap = len(set(listed) & real)
     assert overlap < 0.35 * len(real), (overlap, len(real))  # chance is 15%; the old rule gave 100%
