@@ -353,7 +353,8 @@ def test_the_pool_refills_in_the_background():
     taken = set(map(id, pool.calls))
     for i in range(2 * sandbox.pool_size()):
         assert run_python(f"print({i})", JAILED).stdout == f"{i}\n"
-        assert len(pool.calls) == sandbox.pool_size()  # refilled at once, not after the call
+        # refilled when the call is done, by a thread of its own (not while the code runs)
+        assert sandbox.pool_ready(JAILED, timeout=30) == sandbox.pool_size() == len(pool.calls)
     assert not taken & set(map(id, pool.calls))  # every one was used once and replaced
     assert sandbox.pool_ready(JAILED, timeout=30) == sandbox.pool_size()
 
@@ -370,8 +371,8 @@ def test_a_crashed_pooled_sandbox_is_replaced():
     assert run_python("print(6 * 7)", JAILED).stdout == "42\n"  # the call takes the next one
     assert sandbox.POOL_CALLS["lost"] == before["lost"] + 1
     assert sandbox.POOL_CALLS["taken"] == before["taken"] + 1
-    assert crashed not in pool.calls and len(pool.calls) == sandbox.pool_size()
     assert sandbox.pool_ready(JAILED, timeout=30) == sandbox.pool_size()
+    assert crashed not in pool.calls and len(pool.calls) == sandbox.pool_size()
 
 
 _VIEW = """\

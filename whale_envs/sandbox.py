@@ -430,7 +430,7 @@ def _run(
     problem = _root_problem(isolation)
     if problem:
         return SandboxResult(limit="setup", error=problem + " (the code was not run)", details=details)
-    tmp = proc = None
+    tmp = proc = pooled = None
     try:
         start = time.monotonic()
         if isolation == "namespaces" and fork_server and len(code) <= _SERVED_CODE_MAX:
@@ -486,6 +486,8 @@ def _run(
     finally:
         if isinstance(proc, _ServedCall):
             proc.close()
+        if pooled is not None:
+            _refill(limits, isolation)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -899,11 +901,9 @@ class _Pooled:
     """One pooled call: sent to the fork server before any call asked for it, its program waiting for
     the code. The caller holds its stdin (``code_w``), stdout, stderr and report socket."""
 
-    def __init__(self, server: _ForkServer, limits: Limits, isolation: str, preload: tuple[str, ...]) -> None:
-        self.uid = _sandbox_uid() if os.geteuid() == 0 else None
-        program = _POOL_PROGRAM % {"cpu_s": max(1, math.ceil(limits.cpu_s)), "preload": preload}
-        cfg = _boot_config(None, None, limits, isolation, self.uid, code=program, root=server.root)
-        cfg["limits"]["cpu_s"] += _POOL_BOOT_CPU_S  # the program lowers it when the code comes
+    def __init__(self, server: _ForkServer, template: dict) -> None:
+        self.uid = _sandbox_uid() if os.geteuid() == 0 else None  # its own, as for any call
+        cfg = {**template, "uid": self.uid, "root": server.root}
         code_r, self.code_w = os.pipe()
         self.out_r, out_w = os.pipe()
         self.err_r, err_w = os.pipe()
@@ -977,20 +977,42 @@ class _Pool:
     """Pooled calls of one configuration (limits and isolation), oldest first."""
 
     def __init__(self, limits: Limits, isolation: str, size: int) -> None:
-        self.limits, self.isolation, self.size = limits, isolation, size
-        self.preload = pool_preload()
+        self.size = size
         self.calls: list[_Pooled] = []
+        self.starting = 0  # being sent by fill()
+        self.closed = False
+        program = _POOL_PROGRAM % {"cpu_s": max(1, math.ceil(limits.cpu_s)), "preload": pool_preload()}
+        #: The configuration of its calls, but for each one's uid and the server's root.
+        self.template = _boot_config(None, None, limits, isolation, None, code=program, root="")
+        self.template["limits"]["cpu_s"] += _POOL_BOOT_CPU_S  # the program lowers it when the code comes
 
     def fill(self) -> None:
         """Send new pooled calls to the fork server until there are ``size`` (their start-up runs in
-        the server's children: the caller does not wait for it)."""
-        while len(self.calls) < self.size:
+        the server's children: nobody waits for it). Called without ``_POOL_LOCK``."""
+        while True:
+            with _POOL_LOCK:
+                if self.closed or len(self.calls) + self.starting >= self.size:
+                    return
+                self.starting += 1
             try:
-                self.calls.append(_Pooled(_fork_server(), self.limits, self.isolation, self.preload))
+                new = _Pooled(_fork_server(), self.template)
             except OSError:
-                return
+                new = None
+            with _POOL_LOCK:
+                self.starting -= 1
+                if new is not None and not self.closed:
+                    self.calls.append(new)
+                    continue
+            if new is not None:
+                new.close()
+            return
+
+    def fill_later(self) -> None:
+        """:meth:`fill` in a thread of its own: off the path of the call that asks for it."""
+        threading.Thread(target=self.fill, name="whale-sandbox-pool", daemon=True).start()
 
     def close(self) -> None:
+        self.closed = True
         for call in self.calls:
             call.close()
         self.calls.clear()
@@ -1006,7 +1028,9 @@ def _pooled_call(
 ) -> tuple[_ServedCall, int | None] | None:
     """Run ``code`` in a pooled sandbox: (the call, its uid), or None (no pool, or none of its calls
     took it: the caller starts one as before). The oldest pooled call is taken even if it is still
-    starting (it is ahead of a cold start); the pool is refilled at once."""
+    starting (it is ahead of a cold start). The pool is refilled when the call is done
+    (:func:`_refill`), not while its code runs, and by a thread of its own: on a busy machine a
+    sandbox starting meanwhile takes CPU from the call (and from those running beside it)."""
     data = code.encode("utf-8", errors="replace")
     size = pool_size()
     if size == 0 or len(data) > _POOLED_CODE_MAX or not limits.writable_files:
@@ -1019,8 +1043,8 @@ def _pooled_call(
             while len(_POOLS) > _POOLS_MAX:
                 _POOLS.pop(next(iter(_POOLS))).close()
             pooled = pool.calls.pop(0) if pool.calls else None
-            pool.fill()
         if pooled is None:
+            pool.fill_later()
             return None
         ready = pooled._wait_ready(0)
         call = pooled.take(data, deadline)
@@ -1037,14 +1061,27 @@ def _pooled_call(
     return None
 
 
+def _refill(limits: Limits, isolation: str) -> None:
+    """After a pooled call: bring its pool back to its size (the new sandboxes start in the
+    background, in the fork server's children)."""
+    with _POOL_LOCK:
+        pool = _POOLS.get((limits, isolation))
+    if pool is not None:
+        pool.fill_later()
+
+
 def pool_ready(limits: Limits, timeout: float = 0.0) -> int:
     """How many pooled sandboxes for ``limits`` are ready (waiting for their code), after waiting up
     to ``timeout`` seconds for each (tests and benchmarks: a warm pool)."""
     isolation, _ = _choose_isolation(limits)
-    with _POOL_LOCK:
-        pool = _POOLS.get((limits, isolation))
-        calls = list(pool.calls) if pool else []
     deadline = time.monotonic() + timeout
+    while True:  # a refill may still be on its way (fill_later)
+        with _POOL_LOCK:
+            pool = _POOLS.get((limits, isolation))
+            calls = list(pool.calls) if pool else []
+            if not pool or len(calls) >= pool.size or not pool.starting or time.monotonic() >= deadline:
+                break
+        time.sleep(0.01)
     return sum(c._wait_ready(deadline - time.monotonic()) for c in calls)
 
 
@@ -1054,8 +1091,9 @@ def warm_pool(limits: Limits) -> None:
     if isolation != "namespaces" or pool_size() == 0:
         return
     with _POOL_LOCK:
-        pool = _POOLS.setdefault((limits, isolation), _Pool(limits, isolation, pool_size()))
-        pool.fill()
+        pool = _POOLS.get((limits, isolation)) or _Pool(limits, isolation, pool_size())
+        _POOLS[(limits, isolation)] = pool
+    pool.fill()
 
 
 def pool_uids() -> set[int]:
