@@ -60,6 +60,16 @@ died), a new one is started, and failing that the call starts its own boot inter
 ``run_python(..., fork_server=False)`` always does (the old path, for comparison). ``spawn_python``
 and ``isolation="none"`` start their own boot interpreter.
 
+Warm pool: for the limits of a call it has seen, ``run_python`` keeps :func:`pool_size` sandboxes
+(``WHALE_SANDBOX_POOL``, default 2, 4 on more than 4 CPUs; 0 turns it off) started in advance through
+the fork server: jail, limits, uid and seccomp as for any call, the interpreter started and
+:func:`pool_preload` imported, each waiting for its code on stdin. A call takes the oldest, sends it
+the code and waits for nothing else; it runs that one program as ``main.py`` and exits (single-use);
+the pool is refilled when the call is done, in a thread of its own. A pooled sandbox is started from
+the limits alone: it knows nothing of the call it will serve until the code comes, and nothing of any
+other. What the code sees (environment, files, descriptors, limits, command line, tracebacks) is what
+a cold start shows; ``tests/test_sandbox_fork_server.py`` compares them.
+
 The pieces a later user needs separately are public: :class:`Limits`, :func:`isolation_available`,
 :func:`kill_tree`, and :func:`spawn_python`, which starts a long-running sandboxed program that talks
 over pipes (the harness worker).
