@@ -43,10 +43,13 @@ def _ours_or_orphaned(pid: int) -> bool:
     return False
 
 
-def _verifier_helper_uid() -> int | None:
-    """The jail uid of the math verifier's sandboxed helper, which lives as long as this process."""
-    proc = _HELPER._proc
-    return None if proc is None or proc.poll() is not None else proc._uid
+def _kept_uids() -> set[int]:
+    """The jail uids of the sandboxes kept on purpose: the math verifier's helpers (they live as long as
+    this process) and the fork server's warm pool (started before any call asks for them)."""
+    from whale_envs.sandbox import pool_uids
+
+    helpers = {p._uid for p in _HELPER.procs() if p is not None and p.poll() is None}
+    return helpers | pool_uids()
 
 
 def _uid(pid: int) -> int | None:
@@ -59,12 +62,12 @@ def _uid(pid: int) -> int | None:
 
 def leftover(marker: str | None = None) -> list[int]:
     """Pids of processes that a sandboxed run of this test may have left: the sandbox interpreter's own
-    command line (``python -S -B -u main.py``) or one that carries ``marker``. The verifier's helper
-    (the same command line, kept on purpose for the process's life) is not a leftover."""
+    command line (``python -S -B -u main.py``) or one that carries ``marker``. The verifier's helpers and the
+    warm pool (the same command line, kept on purpose) are not leftovers."""
     found = []
-    helper = _verifier_helper_uid()
+    kept = _kept_uids()
     for pid, cmdline in proc_files("cmdline"):
-        if helper is not None and _uid(pid) == helper:
+        if _uid(pid) in kept:
             continue
         argv = cmdline.split(b"\0")
         if marker and marker.encode() in b" ".join(argv):
