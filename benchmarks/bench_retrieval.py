@@ -5,13 +5,31 @@ requests); the size of each index; recall@10 of the approximate indexes (IVF, IV
 ``make bench`` reports the figures (``benchmark.extra_info``); ``make test`` runs each once (the 200k
 ones are ``slow``). The dense encoder is a random 1-layer BERT built from a config (hidden size 64):
 its speed is the pipeline's, not e5-base-v2's (12 layers, 768 wide, ~100x the compute per passage).
+
+Load mode (issue 49): p50/p95 latency and queries/s with 1, 32 and 512 concurrent clients, each
+sending one query per request over its own keep-alive connection, driven from ANOTHER process (a small
+asyncio client, :func:`drive`, run as ``python -m benchmarks.bench_retrieval --client ...``), against
+the same queries sent as one request (the one-batch throughput); the server and its backend run here::
+
+    python -m benchmarks.bench_retrieval --load [--passages 10000 200000] [--backends bm25 dense]
+
+prints the table of docs/envs/search.md ("Under load"). Everything is on 127.0.0.1, bounded in count
+(``--queries``, at least 4 per client) and time (``--timeout`` per run).
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import threading
+import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -165,3 +183,174 @@ def test_health_reports_the_backend(tmp_path):
         assert reply == {"status": "ok", "backend": "bm25", "passages": 500}
     finally:
         server.close()
+
+
+# ------------------------------------------------------------------------------ load mode (issue 49)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+async def _client(host: str, port: int, queries: list[str], topk: int, clients: int, batch: bool) -> dict:
+    """``clients`` keep-alive connections, each sending one query per request until ``queries`` are
+    done (or all of them in one request when ``batch``): latency of every request, and the wall time."""
+    todo = iter([queries] if batch else [[q] for q in queries])
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    async def one_connection() -> None:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            for qs in todo:
+                body = json.dumps({"queries": qs, "topk": topk}).encode()
+                head = (
+                    f"POST /retrieve HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n"
+                )
+                start = time.perf_counter()
+                writer.write(head.encode() + body)
+                await writer.drain()
+                status = (await reader.readline()).split(b" ", 2)
+                length = 0
+                while (line := await reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                reply = await reader.readexactly(length)
+                latencies.append(time.perf_counter() - start)
+                if len(status) < 2 or status[1] != b"200":
+                    errors.append(f"HTTP {status[1:2]}: {reply[:200]!r}")
+                elif len(json.loads(reply)["result"]) != len(qs):
+                    errors.append("a reply without one result per query")
+        finally:
+            writer.close()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one_connection() for _ in range(clients)))
+    return {"wall_s": time.perf_counter() - start, "latencies": latencies, "errors": errors[:5]}
+
+
+def drive(url: str, queries: list[str], clients: int, *, topk: int = 3, batch: bool = False,
+          timeout: float = 120.0) -> dict:  # fmt: skip
+    """Run the load client in another process (``--client``) against ``url``; its measurements:
+    queries/s, p50/p95 latency (seconds), and the requests that failed (none expected)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(queries, f)
+    try:
+        cmd = [sys.executable, "-m", "benchmarks.bench_retrieval", "--client", url, "--queries-file", f.name,
+               "--clients", str(clients), "--topk", str(topk), *(["--batch"] if batch else [])]  # fmt: skip
+        out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
+    finally:
+        os.unlink(f.name)
+    if out.returncode != 0:
+        raise RuntimeError(f"the load client failed: {out.stderr[-2000:]}")
+    run = json.loads(out.stdout.strip().splitlines()[-1])
+    lat = np.array(run["latencies"])
+    return {
+        "queries_per_s": len(queries) / run["wall_s"],
+        "p50_ms": float(np.percentile(lat, 50)) * 1e3,
+        "p95_ms": float(np.percentile(lat, 95)) * 1e3,
+        "requests": len(lat),
+        "errors": run["errors"],
+    }
+
+
+def load_table(
+    backend, corpus, clients=(1, 32, 512), *, queries: int = 512, timeout: float = 120.0
+) -> list[dict]:
+    """One row per client count, plus the one-batch row: the same queries as one request. Each
+    concurrency sends ``max(queries, 4 * clients)`` queries (every client sends a few)."""
+    server = serve(backend)
+    rows = []
+    try:
+        drive(server.url, queries_of(corpus, 64), 8, timeout=timeout)  # warm up (caches, threads)
+        for n in clients:
+            qs = queries_of(corpus, max(queries, 4 * n))
+            one_batch = drive(server.url, qs, 1, batch=True, timeout=timeout)
+            loaded = drive(server.url, qs, n, timeout=timeout)
+            assert not loaded["errors"] and not one_batch["errors"], (loaded["errors"], one_batch["errors"])
+            rows.append({"clients": n, "queries": len(qs), **loaded,
+                         "one_batch_queries_per_s": one_batch["queries_per_s"],
+                         "one_batch_ms": one_batch["p50_ms"],
+                         "of_one_batch": loaded["queries_per_s"] / one_batch["queries_per_s"]})  # fmt: skip
+        rows[-1]["refused_503"] = server.refused
+    finally:
+        server.close()
+    return rows
+
+
+def test_load_mode_drives_the_server_from_another_process():
+    """The load mode at a small size (the figures are docs/envs/search.md's table, from ``--load``)."""
+    corpus = synthetic_corpus(2000)
+    rows = load_table(BM25Backend(corpus), corpus, clients=(1, 32), queries=64, timeout=60)
+    assert [r["clients"] for r in rows] == [1, 32]
+    assert all(
+        r["requests"] == r["queries"] and r["queries_per_s"] > 0 and r["p95_ms"] >= r["p50_ms"] for r in rows
+    )
+
+
+def _dense_backend(corpus, folder: Path):
+    """A flat dense index of ``corpus`` under ``folder`` with the random 1-layer encoder of the tests."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    enc = folder / "encoder"
+    if not (enc / "config.json").exists():
+        words = sorted({w.strip('.,"').lower() for p in synthetic_corpus(2000).passages
+                        for w in f"{p.title} {p.text}".split()})  # fmt: skip
+        vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ":", '"', *words])}
+        BertTokenizer(vocab=vocab).save_pretrained(enc)
+        torch.manual_seed(0)
+        config = BertConfig(vocab_size=len(vocab), hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=128, max_position_embeddings=128)  # fmt: skip
+        BertModel(config).save_pretrained(enc)
+    encoder = Encoder(enc, max_length=64, batch_size=256)
+    index = build_index(corpus, encoder, folder / f"flat{len(corpus)}", kind="flat", chunk=8192)
+    return DenseIndex(index, corpus, encoder)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--load", action="store_true", help="print the load table (see the module docstring)")
+    ap.add_argument("--passages", type=int, nargs="+", default=[10_000, 200_000])
+    ap.add_argument("--backends", nargs="+", default=["bm25", "dense"], choices=["bm25", "dense"])
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 32, 512])
+    ap.add_argument("--queries", type=int, default=512, help="queries per run (at least 4 per client)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per load-client run")
+    ap.add_argument("--work-dir", default=None, help="index caches (default: a temporary folder)")
+    ap.add_argument("--client", metavar="URL", help=argparse.SUPPRESS)  # the load client itself
+    ap.add_argument("--queries-file", help=argparse.SUPPRESS)
+    ap.add_argument("--topk", type=int, default=3, help=argparse.SUPPRESS)
+    ap.add_argument("--batch", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.client:
+        from urllib.parse import urlsplit
+
+        where = urlsplit(args.client)
+        queries = json.loads(Path(args.queries_file).read_text())
+        run = asyncio.run(
+            _client(where.hostname, where.port, queries, args.topk, args.clients[0], args.batch)
+        )
+        print(json.dumps(run))
+        return 0
+    if not args.load:
+        ap.error("--load (or run the benchmarks with pytest)")
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-retrieval-"))
+    os.environ.setdefault("WHALE_CACHE_DIR", str(work / "whale-cache"))
+    print("| backend | passages | build s | clients | queries | p50 ms | p95 ms | queries/s "
+          "| one batch queries/s | of one batch |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n in args.passages:
+        corpus = synthetic_corpus(n)
+        for name in args.backends:
+            start = time.perf_counter()
+            backend = BM25Backend(corpus) if name == "bm25" else _dense_backend(corpus, work)
+            build = time.perf_counter() - start
+            for r in load_table(backend, corpus, args.clients, queries=args.queries, timeout=args.timeout):
+                print(f"| {name} | {n:,} | {build:.0f} | {r['clients']} | {r['queries']} | {r['p50_ms']:.1f} "
+                      f"| {r['p95_ms']:.1f} | {r['queries_per_s']:.0f} | {r['one_batch_queries_per_s']:.0f} "
+                      f"| {r['of_one_batch']:.0%} |", flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
