@@ -123,6 +123,17 @@ def add_parser(subparsers) -> None:
         help=f"seconds a connection over --max-connections waits for a slot before a 503 "
         f"(default {d.queue_wait_s:g})",
     )
+    s.add_argument(
+        "--log-every",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="print a summary line (requests, queries, errors, p50/p95 latency) every S seconds that saw "
+        "traffic, to stderr (default 10; 0: none)",
+    )
+    s.add_argument(
+        "--log-requests", action="store_true", help="print one line per request instead of the summaries"
+    )
     s.set_defaults(func=cmd_serve)
 
 
@@ -185,7 +196,7 @@ def make_backend(corpus_path: str, index: str | None, *, nprobe: int | None = No
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from whale_envs.search.dense import DenseIndexError
-    from whale_envs.search.server import Limits, RetrievalServer
+    from whale_envs.search.server import Limits, RequestLog, RetrievalServer
     from whale_train.cli_common import CLIError, console
 
     try:
@@ -207,7 +218,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except DenseIndexError as exc:
         raise CLIError(str(exc)) from None
     try:
-        server = RetrievalServer(backend, args.host, args.port, limits=limits, max_batch=args.max_batch)
+        log = RequestLog(every_s=args.log_every, per_request=args.log_requests)
+        server = RetrievalServer(
+            backend, args.host, args.port, limits=limits, max_batch=args.max_batch, request_log=log
+        )
     except OSError as exc:
         raise CLIError(f"cannot listen on {args.host}:{args.port}: {exc}") from None
     console.print(f"serving {backend.name} retrieval over {len(backend)} passages at {server.url}")
@@ -219,4 +233,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         server.server_close()
         server.batcher.close()
+        log.close()
     return 0

@@ -30,9 +30,11 @@ import json
 import queue
 import re
 import socket
+import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -246,6 +248,67 @@ class _DeadlineReader(io.RawIOBase):
 _DIGITS = re.compile(r"[0-9]{1,19}")
 
 
+class RequestLog:
+    """What the server did, for whoever runs it: with ``per_request`` one line per request (client, path,
+    status, queries, milliseconds); otherwise, every ``every_s`` seconds that saw traffic, one summary line
+    (requests, queries, errors by status, p50 / p95 latency). ``write`` takes each line (default: stderr)."""
+
+    def __init__(
+        self, write: Callable[[str], None] | None = None, *, every_s: float = 10.0, per_request: bool = False
+    ):
+        self.write = write or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.every_s = every_s
+        self.per_request = per_request
+        self._lock = threading.Lock()
+        self._reset()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if not per_request and every_s > 0:
+            self._thread = threading.Thread(target=self._loop, name="retrieval-log", daemon=True)
+            self._thread.start()
+
+    def _reset(self) -> None:
+        self._requests, self._queries, self._errors, self._ms = 0, 0, Counter(), []
+
+    def record(self, client: str, path: str, status: int, queries: int, seconds: float) -> None:
+        ms = 1000 * seconds
+        if self.per_request:
+            self.write(f"{client} {path} {status} queries={queries} {ms:.1f} ms")
+            return
+        with self._lock:
+            self._requests += 1
+            self._queries += queries
+            if status >= 400:
+                self._errors[status] += 1
+            self._ms.append(ms)
+
+    def summary(self) -> str | None:
+        """The window's line (None when it saw no request), and a new window."""
+        with self._lock:
+            if not self._requests:
+                return None
+            ms = sorted(self._ms)
+            errors = ", ".join(f"{n}×{code}" for code, n in sorted(self._errors.items())) or "none"
+            line = (
+                f"{self._requests} requests, {self._queries} queries, errors {errors}; latency p50 "
+                f"{ms[len(ms) // 2]:.1f} ms, p95 {ms[min(len(ms) - 1, int(0.95 * len(ms)))]:.1f} ms"
+            )
+            self._reset()
+        return line
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            line = self.summary()
+            if line:
+                self.write(line)
+
+    def close(self) -> None:
+        self._stop.set()
+        line = self.summary()
+        if line:
+            self.write(line)
+
+
 class RetrievalServer(ThreadingHTTPServer):
     """The HTTP server; ``serve_forever()`` in a thread of your own, ``shutdown()`` + ``server_close()``
     to stop (``close()`` does both and stops the batcher)."""
@@ -259,10 +322,12 @@ class RetrievalServer(ThreadingHTTPServer):
         port: int = 8000,
         *,
         limits: Limits | None = None,
+        request_log: RequestLog | None = None,
         **batch: Any,
     ):
         self.backend = backend
         self.limits = limits or Limits()
+        self.request_log = request_log  # None: nothing is logged (a server inside a test or a benchmark)
         self._slots = threading.BoundedSemaphore(self.limits.max_connections)
         self.refused = 0  # connections answered 503 for want of a slot (for tests)
         # the listen backlog holds connections while the slots are full (socketserver's default is 5)
@@ -308,8 +373,6 @@ class RetrievalServer(ThreadingHTTPServer):
         self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
         if isinstance(sys.exc_info()[1], OSError):  # a client that went away or timed out: not news
             return
         super().handle_error(request, client_address)
@@ -323,6 +386,8 @@ class RetrievalServer(ThreadingHTTPServer):
         self.shutdown()
         self.server_close()
         self.batcher.close()
+        if self.request_log is not None:
+            self.request_log.close()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -340,7 +405,12 @@ class _Handler(BaseHTTPRequestHandler):
     def handle_one_request(self) -> None:
         # the head (request line + headers) must arrive within head_timeout, however slowly it trickles
         self._reader.deadline = time.monotonic() + self.server.limits.head_timeout
+        self._started, self._queries = None, 0
         super().handle_one_request()
+
+    def parse_request(self) -> bool:  # the head has arrived: the request's time starts now
+        self._started = time.monotonic()
+        return super().parse_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: one line per request is noise
         pass
@@ -362,6 +432,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except OSError:
             self.close_connection = True
+        log = self.server.request_log
+        if log is not None and self._started is not None:
+            path = self.path if len(self.path) <= 64 else self.path[:64] + "..."
+            log.record(self.client_address[0], path, code, self._queries, time.monotonic() - self._started)
 
     def _content_length(self) -> int | None:
         """The body's length, or None after answering 400/411/413 (nothing of the body read)."""
@@ -429,6 +503,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(400, {"error": str(exc)})
             return
         del body
+        self._queries = len(queries)
         try:
             results = self.server.batcher.submit(queries, topk)
         except Exception as exc:  # noqa: BLE001
