@@ -174,7 +174,7 @@ def encoder_dir(tmp_path_factory):
     import torch
     from transformers import BertConfig, BertModel, BertTokenizer
 
-    folder = tmp_path_factory.mktemp("tiny-e5")
+    folder = tmp_path_factory.mktemp("encoders") / "tiny-e5"  # named e5: e5's prefixes
     words = sorted(
         {w.strip('.,"').lower() for _, t, x in PASSAGES for w in f"{t} {x}".split()} | {"query", "passage"}
     )
@@ -191,6 +191,8 @@ def encoder_dir(tmp_path_factory):
 
 def test_encoder_follows_e5_conventions(encoder_dir):
     enc = Encoder(encoder_dir)
+    assert (enc.query_prefix, enc.passage_prefix, enc.prefixes_from) == ("query: ", "passage: ", "e5 model")
+    assert (enc.pooling, enc.normalize) == ("mean", True)  # no modules.json: e5's mean pooling, normalized
     q = enc.encode(["capital of france"], query=True)
     p = enc.encode(["capital of france"], query=False)
     assert q.shape == (1, 32) and q.dtype == np.float32
@@ -305,6 +307,9 @@ def test_cli_build_then_serve_backend(encoder_dir, corpus_file, tmp_path):
     )
     backend = make_backend(str(corpus_file), str(out))
     assert backend.name == "dense" and len(backend.search_batch(["paris"], 2)[0]) == 2
+    meta = json.loads((out / "meta.json").read_text())
+    assert (meta["query_prefix"], meta["passage_prefix"]) == ("query: ", "passage: ")
+    assert (meta["pooling"], meta["normalize"]) == ("mean", True)
     assert (
         main(
             [

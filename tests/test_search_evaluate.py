@@ -96,3 +96,46 @@ def test_bad_encoder_folder_is_one_line(tmp_path, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--encoder" in err and "no config.json" in err and "Traceback" not in err
+
+
+def test_rows_print_as_they_finish_and_a_rerun_resumes(encoder_dir, tmp_path, capsys, monkeypatch):
+    """A run that stops part way (here: a bad second source) has printed the rows it finished; run again
+    with the same --index-dir, it embeds no passage twice."""
+    from whale_envs.search import dense
+
+    index_dir = str(tmp_path / "indexes")
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                SOURCE,
+                "musique:no-such-file.json",
+                "--k",
+                "1",
+                "--encoder",
+                encoder_dir,
+                "--index-dir",
+                index_dir,
+            ]
+        )
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    name = f"dense ({encoder_dir.rsplit('/', 1)[-1]})"
+    assert set(rows(captured.out)) == {(f"`{SOURCE}`", "bm25"), (f"`{SOURCE}`", name)}
+    assert "no-such-file" in captured.err and "Traceback" not in captured.err
+    embedded: list[int] = []
+    original = dense.Encoder.encode
+
+    def counting(self, texts, *, query):
+        if not query:
+            embedded.append(len(texts))
+        return original(self, texts, query=query)
+
+    monkeypatch.setattr(dense.Encoder, "encode", counting)
+    main([SOURCE, "--k", "1", "--encoder", encoder_dir, "--index-dir", index_dir])
+    assert rows(capsys.readouterr().out) == rows(captured.out) and sum(embedded) == 0
+
+
+def test_prefix_flags(encoder_dir, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([SOURCE, "--encoder", encoder_dir, "--no-prefix", "--query-prefix", "query: "])
+    assert exit_info.value.code == 2 and "contradict" in capsys.readouterr().err

@@ -3,10 +3,13 @@
     whale retriever build --corpus wiki.jsonl --encoder ./e5-base-v2 --out wiki-e5 [--kind flat|ivf|ivfpq]
     whale retriever serve --corpus wiki.jsonl [--index wiki-e5] [--host 127.0.0.1] [--port 8000]
 
-``build`` embeds every passage (e5 prefixes, mean pooling, normalized vectors) into ``--out``, chunk
-by chunk: stop it at any point and run the same command again to resume. ``serve`` answers
-``POST /retrieve {"queries", "topk", "return_scores"}`` with BM25 (no ``--index``) or the dense index,
-batching concurrent requests; point the env at it with ``retriever="http://HOST:PORT/retrieve"``.
+``build`` embeds every passage into ``--out`` as the encoder folder says (its sentence-transformers
+prompts and pooling; e5's prefixes for an e5 model; ``--query-prefix`` / ``--passage-prefix`` /
+``--no-prefix`` override), chunk by chunk: stop it at any point and run the same command again to
+resume; the index records the prefixes and pooling, and ``serve`` embeds the queries with them.
+``serve`` answers ``POST /retrieve {"queries", "topk", "return_scores"}`` with BM25 (no ``--index``) or
+the dense index, batching concurrent requests; point the env at it with
+``retriever="http://HOST:PORT/retrieve"``.
 """
 
 from __future__ import annotations
@@ -52,7 +55,25 @@ def add_parser(subparsers) -> None:
         help="flat: exact (the paper's); ivf / ivfpq: approximate, for corpora too big for RAM",
     )
     b.add_argument("--batch-size", type=int, default=64, help="passages per encoder forward pass")
-    b.add_argument("--max-length", type=int, default=256, help="tokens per passage")
+    b.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="tokens per passage (default: the encoder's max_seq_length, at most 256)",
+    )
+    b.add_argument(
+        "--query-prefix",
+        default=None,
+        help="prepend this to queries (default: the encoder's sentence-transformers 'query' prompt, "
+        "e5's 'query: ' for an e5 model, else none); recorded in the index for serve",
+    )
+    b.add_argument(
+        "--passage-prefix",
+        default=None,
+        help="prepend this to passages (default: the 'document'/'passage' prompt, e5's 'passage: ' "
+        "for an e5 model, else none)",
+    )
+    b.add_argument("--no-prefix", action="store_true", help="no prefix on queries or passages")
     b.add_argument("--chunk", type=int, default=4096, help="passages embedded between two resume points")
     b.add_argument("--nlist", type=int, default=None, help="IVF lists (default 4 * sqrt(passages))")
     b.add_argument(
@@ -149,11 +170,21 @@ def cmd_build(args: argparse.Namespace) -> int:
     from whale_envs.search.dense import DenseIndexError, Encoder, build_index
     from whale_train.cli_common import CLIError, console
 
+    if args.no_prefix and (args.query_prefix is not None or args.passage_prefix is not None):
+        raise CLIError("--no-prefix and --query-prefix/--passage-prefix contradict each other")
+    prefixes = {"query_prefix": args.query_prefix, "passage_prefix": args.passage_prefix}
+    if args.no_prefix:
+        prefixes = {"query_prefix": "", "passage_prefix": ""}
     corpus = _corpus(args.corpus)
     try:
         encoder = Encoder(
-            args.encoder, batch_size=args.batch_size, max_length=args.max_length, device=args.device
+            args.encoder,
+            batch_size=args.batch_size,
+            max_length=args.max_length,
+            device=args.device,
+            **prefixes,
         )
+        console.print(f"encoder {args.encoder}: {encoder.describe()}", markup=False, highlight=False)
         with Progress(
             "[bold]embedding", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
         ) as bar:

@@ -1,19 +1,36 @@
-"""Dense retrieval with e5 conventions: encoder, resumable index builds, flat and approximate indexes.
+"""Dense retrieval: encoder, resumable index builds, flat and approximate indexes.
 
     whale retriever build --corpus wiki.jsonl --encoder ./e5-base-v2 --out wiki-e5 [--kind ivfpq]
     whale retriever serve --corpus wiki.jsonl --index wiki-e5
 
 Encoder (:class:`Encoder`): any local Hugging Face encoder folder (``intfloat/e5-base-v2`` as the
-paper, a sentence-transformers folder too: its transformer weights are at the top). Texts get e5's
-prefixes (``query: `` / ``passage: ``), token embeddings are mean-pooled over the attention mask and
-L2-normalized, so inner product = cosine. Passages are embedded as Search-R1 stores them,
-``"Title"\\ntext`` (the corpus ``contents``). Nothing is downloaded: the folder must be on disk.
+paper) or sentence-transformers folder, embedded the way its authors meant:
+
+* **prefixes**: the ``prompts`` of a sentence-transformers folder (``config_sentence_transformers.json``:
+  ``query``, and ``document`` / ``passage`` / ``corpus`` for passages, as ``encode_query`` /
+  ``encode_document`` pick them); else e5's ``query: `` / ``passage: `` for an e5 model (its folder
+  name or ``config.json``'s ``_name_or_path`` says ``e5``); else none. ``query_prefix`` /
+  ``passage_prefix`` override either (``""`` = none).
+* **pooling**: the folder's ``modules.json``: a Transformer, a Pooling module (``1_Pooling/config.json``:
+  mean, CLS or last-token pooling) and, when listed, Normalize. Any other module (Dense, LayerNorm,
+  ...) or pooling (max, weighted mean, several at once, ``include_prompt: false``) is refused in one
+  line naming the encoder and the module. A plain Hugging Face folder (no ``modules.json``) is
+  mean-pooled and L2-normalized, e5's convention. Vectors are also L2-normalized when
+  ``similarity_fn_name`` is ``cosine`` (inner product over unit vectors = the cosine the model was
+  trained for); otherwise the index scores the raw inner product, as a dot-product model wants.
+* ``max_seq_length`` (``sentence_bert_config.json``) caps the tokens per text (default 256, the
+  paper's), and its ``do_lower_case`` lowercases the texts.
+
+Passages are embedded as Search-R1 stores them, ``"Title"\\ntext`` (the corpus ``contents``).
+Nothing is downloaded: the folder must be on disk.
 
 Index folder (:func:`build_index`): ``embeddings.f32`` (a raw float32 matrix, row i = passage i,
 written chunk by chunk and memory-mapped), ``progress.json`` (rows done: a build stopped at any point
 resumes there), ``index.faiss`` (``flat``: exact inner product; ``ivf``/``ivfpq``: approximate, for
 corpora whose vectors do not fit in RAM) and ``meta.json`` (written last; a folder without it is an
-unfinished build). Loading memory-maps what it can: the flat matrix, and FAISS's IVF lists.
+unfinished build; it records the encoder, its prefixes, pooling and normalization, which the query
+encoder of :class:`DenseIndex` must match). Loading memory-maps what it can: the flat matrix, and
+FAISS's IVF lists.
 
 FAISS (``pip install 'whale-harness[retrieval]'``, faiss-cpu) is needed for ``ivf``/``ivfpq``; a
 ``flat`` index works without it (exact search over the memory-mapped matrix with numpy).
@@ -23,8 +40,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +55,18 @@ INDEX_FORMAT = 1
 KINDS = ("flat", "ivf", "ivfpq")
 QUERY_PREFIX = "query: "
 PASSAGE_PREFIX = "passage: "
+POOLINGS = ("mean", "cls", "lasttoken")
+DEFAULT_MAX_LENGTH = 256
+#: sentence-transformers' legacy pooling flags (1_Pooling/config.json) -> its pooling mode names
+_POOLING_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+_E5_NAME = re.compile(r"(?:^|[^a-z0-9])e5(?:[^a-z0-9]|$)", re.I)
 
 
 class DenseIndexError(ValueError):
@@ -47,41 +78,158 @@ def passage_text(p: Passage) -> str:
     return f'"{p.title}"\n{p.text}'
 
 
+@dataclass(frozen=True)
+class EncoderConfig:
+    """How an encoder folder says to embed (see the module docstring): :func:`encoder_config`."""
+
+    model_dir: Path  # the transformer's weights, config and tokenizer
+    pooling: str  # one of POOLINGS
+    normalize: bool
+    query_prefix: str
+    passage_prefix: str
+    prefixes_from: str  # "sentence-transformers prompts", "e5 model" or "none"
+    pooling_from: str  # "sentence-transformers modules.json" or "default (no modules.json)"
+    max_seq_length: int | None = None
+    lowercase: bool = False
+
+
+def _read_json(file: Path, encoder: Path) -> Any:
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DenseIndexError(f"encoder {encoder}: {file.name} unreadable: {exc}") from None
+
+
+def _pooling_mode(cfg: dict[str, Any], where: str, folder: Path) -> str:
+    """The one pooling mode of a sentence-transformers Pooling config (new or legacy keys)."""
+    if "pooling_mode" in cfg:
+        mode = cfg["pooling_mode"]
+        modes = [mode] if isinstance(mode, str) else list(mode)
+    else:
+        modes = [name for key, name in _POOLING_FLAGS.items() if cfg.get(key)] or ["mean"]
+    if len(modes) != 1 or modes[0] not in POOLINGS:
+        raise DenseIndexError(
+            f"encoder {folder}: its Pooling module ({where}) uses {' + '.join(map(str, modes))} pooling; "
+            f"only {', '.join(POOLINGS)} pooling is supported"
+        )
+    if cfg.get("include_prompt", True) is False:
+        raise DenseIndexError(
+            f"encoder {folder}: its Pooling module ({where}) excludes the prompt tokens "
+            "(include_prompt: false), which is not supported"
+        )
+    return modes[0]
+
+
+def encoder_config(path: str | os.PathLike) -> EncoderConfig:
+    """Read how the encoder folder ``path`` embeds: prefixes, pooling, normalization, max length.
+    DenseIndexError (one line naming the folder and the module) for what cannot be honoured."""
+    folder = Path(path).expanduser()
+    model_dir, pooling, normalize, pooling_from = folder, "mean", True, "default (no modules.json)"
+    bert_config: dict[str, Any] = {}
+    st_config: dict[str, Any] = {}
+    if (folder / "config_sentence_transformers.json").is_file():
+        st_config = _read_json(folder / "config_sentence_transformers.json", folder) or {}
+    if (folder / "modules.json").is_file():
+        modules = _read_json(folder / "modules.json", folder)
+        if not isinstance(modules, list):
+            raise DenseIndexError(f"encoder {folder}: modules.json is not a list of modules")
+        modules = sorted(modules, key=lambda m: int(m.get("idx", 0)))
+        expected = ("Transformer", "Pooling", "Normalize")
+        for i, module in enumerate(modules):
+            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            if i >= len(expected) or kind != expected[i]:
+                raise DenseIndexError(
+                    f"encoder {folder}: unsupported sentence-transformers module {module.get('type')!r} "
+                    f"({module.get('path') or 'module ' + str(i)}): only Transformer, Pooling "
+                    "(mean, cls or lasttoken) and Normalize, in that order, are supported"
+                )
+        if len(modules) < 2:
+            raise DenseIndexError(f"encoder {folder}: modules.json lists no Pooling module")
+        model_dir = folder / modules[0].get("path", "")
+        pool_dir = folder / modules[1].get("path", "")
+        pool_cfg = (
+            _read_json(pool_dir / "config.json", folder) if (pool_dir / "config.json").is_file() else {}
+        )
+        where = f"{modules[1].get('path') or '.'}/config.json"
+        pooling = _pooling_mode(pool_cfg, where, folder)
+        normalize = len(modules) == 3 or st_config.get("similarity_fn_name") == "cosine"
+        pooling_from = "sentence-transformers modules.json"
+        if (model_dir / "sentence_bert_config.json").is_file():
+            bert_config = _read_json(model_dir / "sentence_bert_config.json", folder) or {}
+    if not (model_dir / "config.json").is_file():
+        raise DenseIndexError(f"encoder {model_dir}: not a model folder (no config.json)")
+    prompts = st_config.get("prompts") or {}
+    passage_key = next((k for k in ("document", "passage", "corpus") if k in prompts), None)
+    if "query" in prompts or passage_key:
+        query_prefix, passage_prefix = prompts.get("query") or "", prompts.get(passage_key) or ""
+        prefixes_from = "sentence-transformers prompts"
+    else:
+        hf_config = _read_json(model_dir / "config.json", folder)
+        names = [folder.name, model_dir.name, str(hf_config.get("_name_or_path", ""))]
+        is_e5 = any(_E5_NAME.search(name.rsplit("/", 1)[-1]) for name in names)
+        query_prefix, passage_prefix = (QUERY_PREFIX, PASSAGE_PREFIX) if is_e5 else ("", "")
+        prefixes_from = "e5 model" if is_e5 else "none"
+    max_seq = bert_config.get("max_seq_length")
+    return EncoderConfig(
+        model_dir=model_dir,
+        pooling=pooling,
+        normalize=normalize,
+        query_prefix=str(query_prefix),
+        passage_prefix=str(passage_prefix),
+        prefixes_from=prefixes_from,
+        pooling_from=pooling_from,
+        max_seq_length=int(max_seq) if isinstance(max_seq, int) and max_seq > 0 else None,
+        lowercase=bool(bert_config.get("do_lower_case", False)),
+    )
+
+
 class Encoder:
-    """An e5-style text encoder from a local folder (see the module docstring).
+    """A text encoder from a local folder, embedding as the folder says (see the module docstring).
 
     Args:
-        path: a folder with a Hugging Face model and tokenizer (``config.json``, weights, tokenizer).
-        max_length: tokens per text (longer texts are cut).
+        path: a Hugging Face model folder (``config.json``, weights, tokenizer) or a sentence-transformers
+            folder (``modules.json`` and the rest).
+        max_length: tokens per text (longer texts are cut); default the folder's ``max_seq_length``,
+            at most 256.
         batch_size: texts per forward pass.
-        query_prefix / passage_prefix: e5's prefixes ("" to turn them off for other encoders).
+        query_prefix / passage_prefix: override the folder's prefixes (``""`` = none); None = resolved
+            from the folder (sentence-transformers prompts, else e5's for an e5 model, else none).
     """
 
     def __init__(
         self,
         path: str | os.PathLike,
         *,
-        max_length: int = 256,
+        max_length: int | None = None,
         batch_size: int = 64,
-        query_prefix: str = QUERY_PREFIX,
-        passage_prefix: str = PASSAGE_PREFIX,
+        query_prefix: str | None = None,
+        passage_prefix: str | None = None,
         device: str = "cpu",
     ):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
         folder = Path(path).expanduser()
-        if not (folder / "config.json").is_file():
+        if not (folder / "config.json").is_file() and not (folder / "modules.json").is_file():
             raise DenseIndexError(f"encoder {folder}: not a model folder (no config.json)")
+        self.config = config = encoder_config(folder)
         self.path = str(folder)
+        if max_length is None:
+            max_length = min(DEFAULT_MAX_LENGTH, config.max_seq_length or DEFAULT_MAX_LENGTH)
         self.max_length = max_length
         self.batch_size = batch_size
-        self.query_prefix = query_prefix
-        self.passage_prefix = passage_prefix
+        self.query_prefix = config.query_prefix if query_prefix is None else query_prefix
+        self.passage_prefix = config.passage_prefix if passage_prefix is None else passage_prefix
+        self.prefixes_from = (
+            config.prefixes_from if query_prefix is None and passage_prefix is None else "given"
+        )
+        self.pooling = config.pooling
+        self.normalize = config.normalize
         self.device = device
+        model_dir = str(config.model_dir)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
-            self.model = AutoModel.from_pretrained(self.path, local_files_only=True).to(device).eval()
+            self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+            self.model = AutoModel.from_pretrained(model_dir, local_files_only=True).to(device).eval()
         except (OSError, ValueError) as exc:
             raise DenseIndexError(f"encoder {folder}: cannot load model/tokenizer: {exc}") from None
         self._torch = torch
@@ -90,25 +238,49 @@ class Encoder:
     def dim(self) -> int:
         return int(self.model.config.hidden_size)
 
+    def describe(self) -> str:
+        """One line: the prefixes, the pooling and where each came from."""
+        norm = "normalized" if self.normalize else "not normalized (inner product)"
+        return (
+            f"prefixes query {self.query_prefix!r} / passage {self.passage_prefix!r} ({self.prefixes_from}); "
+            f"{self.pooling} pooling, {norm} ({self.config.pooling_from}); max {self.max_length} tokens"
+        )
+
     def encode(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
-        """float32 ``(len(texts), dim)``, rows L2-normalized; ``query`` picks the prefix."""
+        """float32 ``(len(texts), dim)`` (rows L2-normalized when the encoder normalizes); ``query``
+        picks the prefix."""
         torch = self._torch
         prefix = self.query_prefix if query else self.passage_prefix
         out = []
         for start in range(0, len(texts), self.batch_size):
             batch = [prefix + t for t in texts[start : start + self.batch_size]]
+            if self.config.lowercase:
+                batch = [t.lower() for t in batch]
             enc = self.tokenizer(
                 batch, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
             ).to(self.device)
             with torch.no_grad():
                 hidden = self.model(**enc).last_hidden_state
-            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-            pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
+            pooled = self._pool(hidden, enc["attention_mask"])
+            if self.normalize:
+                pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
             out.append(pooled.float().cpu().numpy())
         if not out:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.concatenate(out).astype(np.float32, copy=False)
+
+    def _pool(self, hidden, attention_mask):
+        """One vector per text from its token states, over the attention mask (either padding side)."""
+        torch = self._torch
+        if self.pooling == "mean":
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        if self.pooling == "cls":
+            first = attention_mask.to(torch.int).argmax(dim=1)  # the first real token
+            return hidden[torch.arange(len(hidden), device=hidden.device), first]
+        length = attention_mask.size(1)
+        last = length - 1 - attention_mask.to(torch.int).flip(1).argmax(dim=1)  # the last real token
+        return hidden[torch.arange(len(hidden), device=hidden.device), last]
 
 
 def _faiss():
@@ -141,7 +313,8 @@ def build_index(
     n, dim = len(corpus), encoder.dim
     plan = {"format": INDEX_FORMAT, "fingerprint": corpus.fingerprint, "passages": n, "dim": dim,
             "encoder": encoder.path, "query_prefix": encoder.query_prefix,
-            "passage_prefix": encoder.passage_prefix, "max_length": encoder.max_length}  # fmt: skip
+            "passage_prefix": encoder.passage_prefix, "max_length": encoder.max_length,
+            "pooling": encoder.pooling, "normalize": encoder.normalize}  # fmt: skip
     state_file = folder / "progress.json"
     done = 0
     if state_file.is_file():
@@ -249,6 +422,7 @@ class DenseIndex:
             raise DenseIndexError(
                 f"{self.folder}: the encoder's size {self.encoder.dim} != the index's {self.meta['dim']}"
             )
+        self._check_encoder()
         self.index = None
         self.matrix = None
         vectors = self.folder / "embeddings.f32"
@@ -274,6 +448,18 @@ class DenseIndex:
             )
         else:
             _faiss()  # raises the install hint
+
+    def _check_encoder(self) -> None:
+        """The query encoder embeds as the passages were (an index from before pooling was recorded:
+        mean pooling, normalized)."""
+        built = {"query_prefix": self.meta["query_prefix"], "passage_prefix": self.meta["passage_prefix"],
+                 "pooling": self.meta.get("pooling", "mean"), "normalize": self.meta.get("normalize", True)}  # fmt: skip
+        for key, value in built.items():
+            if getattr(self.encoder, key) != value:
+                raise DenseIndexError(
+                    f"{self.folder}: built with {key}={value!r}, but the query encoder "
+                    f"{self.encoder.path} gives {getattr(self.encoder, key)!r}: rebuild the index"
+                )
 
     @staticmethod
     def read_meta(folder: str | os.PathLike) -> dict[str, Any]:

@@ -8,12 +8,17 @@ question as the query.
 ``recall@k`` is the mean over questions of the share of a question's supporting passages among the top
 ``k``; ``all@k`` the share of questions with every supporting passage in the top ``k``.
 
-With ``--encoder PATH`` (any local Hugging Face or sentence-transformers encoder folder, e5's
-conventions: see :mod:`whale_envs.search.dense`) every source is scored twice on the same questions:
+With ``--encoder PATH`` (any local Hugging Face or sentence-transformers encoder folder, embedded as
+its configuration says: prefixes and pooling, see :mod:`whale_envs.search.dense`; ``--query-prefix`` /
+``--passage-prefix`` / ``--no-prefix`` override the prefixes) every source is scored twice on the same
+questions:
 BM25 as without the flag, and dense through the code the served dense index runs (a flat index built
 over each corpus with :func:`~whale_envs.search.dense.build_index`, searched by
 :class:`~whale_envs.search.dense.DenseIndex`). The indexes go to ``--index-dir`` (kept, and reused by
-the next run over the same corpus and encoder) or to a temporary folder.
+the next run over the same corpus and encoder: a stopped run resumes) or to a temporary folder.
+
+Each table row is printed as soon as it is measured (the header first), so a run stopped part way has
+printed the rows it finished.
 """
 
 from __future__ import annotations
@@ -135,18 +140,27 @@ def retrieval_recall(
     )
 
 
+def markdown_header(ks: Sequence[int], by_retriever: bool) -> str:
+    """The two header lines of :func:`markdown`'s table."""
+    head = ["source", *(["retriever"] if by_retriever else []), "questions", "passages"]
+    ks = sorted(set(ks))
+    head += [*(f"recall@{k}" for k in ks), *(f"all@{k}" for k in ks)]
+    return "| " + " | ".join(head) + " |\n" + "|" + "---|" * len(head)
+
+
+def markdown_row(r: RecallReport, by_retriever: bool) -> str:
+    """One report as a row of :func:`markdown`'s table."""
+    ks = sorted(r.recall)
+    cells = [f"`{r.source}`", *([r.retriever] if by_retriever else []), str(r.questions), str(r.passages)]
+    cells += [f"{r.recall[k]:.3f}" for k in ks] + [f"{r.all_found[k]:.3f}" for k in ks]
+    return "| " + " | ".join(cells) + " |"
+
+
 def markdown(reports: Sequence[RecallReport]) -> str:
     """The reports as a markdown table; a ``retriever`` column when not every report is BM25's."""
     ks = sorted({k for r in reports for k in r.recall})
     by_retriever = any(r.retriever != "bm25" for r in reports)
-    head = ["source", *(["retriever"] if by_retriever else []), "questions", "passages"]
-    head += [*(f"recall@{k}" for k in ks), *(f"all@{k}" for k in ks)]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in reports:
-        cells = [f"`{r.source}`", *([r.retriever] if by_retriever else []), str(r.questions), str(r.passages)]
-        cells += [f"{r.recall[k]:.3f}" for k in ks] + [f"{r.all_found[k]:.3f}" for k in ks]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+    return "\n".join([markdown_header(ks, by_retriever), *(markdown_row(r, by_retriever) for r in reports)])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -160,12 +174,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--encoder",
         default=None,
         metavar="PATH",
-        help="a local encoder folder (Hugging Face or sentence-transformers; e5's query:/passage: prefixes, "
-        "mean pooling): also report dense recall over a flat index of each corpus, on the same questions",
+        help="a local encoder folder (Hugging Face or sentence-transformers; its prompts and pooling, e5's "
+        "prefixes for an e5 model): also report dense recall over a flat index of each corpus, on the same "
+        "questions",
     )
     parser.add_argument(
-        "--no-prefix", action="store_true", help="embed without e5's prefixes (non-e5 encoders)"
+        "--query-prefix", default=None, help="prepend this to queries (default: the encoder's own)"
     )
+    parser.add_argument(
+        "--passage-prefix", default=None, help="prepend this to passages (default: the encoder's own)"
+    )
+    parser.add_argument("--no-prefix", action="store_true", help="embed without any prefix")
     parser.add_argument(
         "--index-dir", default=None, help="keep the dense indexes here (default: a temporary folder)"
     )
@@ -177,25 +196,32 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.encoder is not None:
         from whale_envs.search.dense import DenseIndexError, Encoder
 
-        prefixes = {"query_prefix": "", "passage_prefix": ""} if args.no_prefix else {}
+        if args.no_prefix and (args.query_prefix is not None or args.passage_prefix is not None):
+            parser.error("--no-prefix and --query-prefix/--passage-prefix contradict each other")
+        prefixes = {"query_prefix": args.query_prefix, "passage_prefix": args.passage_prefix}
+        if args.no_prefix:
+            prefixes = {"query_prefix": "", "passage_prefix": ""}
         try:
             encoder = Encoder(args.encoder, device=args.device, **prefixes)
         except DenseIndexError as exc:
             parser.exit(2, f"error: --encoder: {exc}\n")
+        print(f"encoder {args.encoder}: {encoder.describe()}", file=sys.stderr, flush=True)
+    print(markdown_header(args.k, encoder is not None), flush=True)
     with tempfile.TemporaryDirectory(prefix="whale-dense-") as scratch:
         dense = dense_ranker(encoder, args.index_dir or scratch) if encoder is not None else None
         name = f"dense ({Path(args.encoder).name})" if encoder is not None else ""
-        reports = []
         for spec in args.sources:
+            reports = []
             try:
                 reports.append(retrieval_recall(spec, args.k, cache_dir=args.cache_dir))
+                print(markdown_row(reports[-1], dense is not None), flush=True)
                 if dense is not None:
                     reports.append(retrieval_recall(spec, args.k, ranker=dense, retriever=name))
+                    print(markdown_row(reports[-1], True), flush=True)
             except ValueError as exc:  # TaskSourceError and DenseIndexError are ValueErrors
                 parser.exit(2, f"error: {spec}: {exc}\n")
-            done = ", ".join(f"{r.retriever} {r.seconds:.1f}s" for r in reports if r.source == spec)
+            done = ", ".join(f"{r.retriever} {r.seconds:.1f}s" for r in reports)
             print(f"{spec}: {reports[-1].questions} questions ({done})", file=sys.stderr, flush=True)
-    print(markdown(reports))
 
 
 if __name__ == "__main__":
