@@ -18,7 +18,11 @@ mapping, recursively):
   rsft.learning_rate?``);
 - a value is coerced to the field's type where that is unambiguous (PyYAML reads ``5e-5`` as a string;
   ``"8"`` for an int, ``"true"`` for a bool) and refused where it is not;
-- ``validate()`` of every nested config, then of the whole, is called.
+- ``validate()`` of every nested config, then of the whole, is called;
+- a key a config renamed (``Config.renamed``, set with the :func:`renamed` class decorator: a flat
+  ``llm_model`` that became ``llm.model`` of a nested config) is still read, from a file, ``--set``, a
+  mapping or the constructor, and moved to its new place, with a one-line notice naming the new key
+  (a :class:`RenamedKey` warning, shown as ``note: ...``).
 
 Errors are ``ConfigError`` (a ``ValueError``): one line naming the file (or ``--set``) and the dotted
 field, which the CLI prints as it is (exit status 2).
@@ -29,17 +33,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import functools
 import types
 import typing
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar, Union
+from typing import Any, ClassVar, TypeVar, Union
 
 import yaml
 
 __all__ = [
     "Config",
     "ConfigError",
+    "RenamedKey",
     "at_least",
     "describe",
     "from_dict",
@@ -47,6 +54,8 @@ __all__ = [
     "option",
     "parse_sets",
     "read_yaml",
+    "renamed",
+    "upgrade",
 ]
 
 T = TypeVar("T")
@@ -54,6 +63,22 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A config mistake, as one line naming the file (or ``--set``) and the dotted field."""
+
+
+class RenamedKey(FutureWarning):
+    """A config key read under its new name (the old one still works): shown as one line, ``note: ...``."""
+
+
+_format_warning = warnings.formatwarning
+
+
+def _format_notice(message: Any, category: Any, filename: str, lineno: int, line: str | None = None) -> str:
+    if isinstance(category, type) and issubclass(category, RenamedKey):
+        return f"note: {message}\n"
+    return _format_warning(message, category, filename, lineno, line)
+
+
+warnings.formatwarning = _format_notice
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
@@ -112,6 +137,109 @@ def _dotted(data: Mapping[str, Any], prefix: str = "") -> set[str]:
     return keys
 
 
+# ------------------------------------------------------------------------------------------ renamed keys
+
+
+def renamed(mapping: Mapping[str, str]) -> Callable[[type[T]], type[T]]:
+    """Class decorator, above ``@dataclass``: the config's old keys, ``{"llm_model": "llm.model"}`` (the
+    new key dotted from this config), are still read from a file, a mapping, ``--set`` and the
+    constructor (``MetaHarnessConfig(llm_model="m")``), each with a one-line :class:`RenamedKey` notice."""
+
+    def wrap(cls: type[T]) -> type[T]:
+        cls.renamed = dict(mapping)  # type: ignore[attr-defined]
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            if any(key in cls.renamed for key in kwargs):  # type: ignore[attr-defined]
+                kwargs = _renamed_kwargs(cls, kwargs)
+            init(self, *args, **kwargs)
+
+        cls.__init__ = __init__  # type: ignore[method-assign]
+        return cls
+
+    return wrap
+
+
+def _notice(old: str, new: str) -> None:
+    warnings.warn(f"{old} is now {new} (the old key is still read)", RenamedKey, stacklevel=2)
+
+
+def _renamed_kwargs(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The constructor's keyword arguments with the old keys moved into the nested configs."""
+    out = dict(kwargs)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for old, new in cls.renamed.items():  # type: ignore[attr-defined]
+        if old not in out:
+            continue
+        value = out.pop(old)
+        head, _, rest = new.partition(".")
+        if not rest:
+            _notice(f"{cls.__name__}({old}=...)", f"{cls.__name__}({head}=...)")
+            out[head] = value
+            continue
+        sub = out.get(head)
+        if sub is None:
+            f = fields[head]
+            sub = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        _notice(f"{cls.__name__}({old}=...)", f"{cls.__name__}({head}={type(sub).__name__}({rest}=...))")
+        out[head] = _replaced(sub, rest.split("."), value)
+    return out
+
+
+def _replaced(config: Any, path: list[str], value: Any) -> Any:
+    """``config`` (a dataclass) with the field at ``path`` set to ``value`` (nested ones replaced too)."""
+    head, *rest = path
+    inner = _replaced(getattr(config, head), rest, value) if rest else value
+    return dataclasses.replace(config, **{head: inner})
+
+
+def _upgrade_level(
+    cls: type, data: Mapping[str, Any], prefix: str, where: Callable[[str], str]
+) -> dict[str, Any]:
+    """``data`` (the keys of ``cls``) with its old keys moved to their new places (one notice each). Both
+    an old key and its new one with another value is a ConfigError."""
+    out = dict(data)
+    for old, new in getattr(cls, "renamed", {}).items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        *parents, leaf = new.split(".")
+        target = out
+        for i, part in enumerate(parents):
+            inner = target.get(part)
+            if dataclasses.is_dataclass(inner) and not isinstance(inner, type):
+                inner = dataclasses.asdict(inner)
+            elif inner is None:
+                inner = {}
+            elif not isinstance(inner, Mapping):
+                dotted = prefix + ".".join(parents[: i + 1])
+                raise ConfigError(f"{where(dotted)}: expected a mapping (it holds {prefix}{old} now)")
+            target[part] = inner = dict(inner)
+            target = inner
+        if leaf in target and target[leaf] != value:
+            raise ConfigError(
+                f"{where(prefix + old)}: both {prefix}{old} and its new name {prefix}{new} are given; keep {prefix}{new}"
+            )
+        target[leaf] = value
+        _notice(where(prefix + old), prefix + new)
+    return out
+
+
+def upgrade(
+    cls: type, data: Mapping[str, Any], where: Callable[[str], str] = str, prefix: str = ""
+) -> dict[str, Any]:
+    """``data`` for ``cls`` with the old keys of ``cls`` and of its nested configs moved to their new
+    places, each with a one-line notice (``where`` names a dotted key in it: the file, ``--set``)."""
+    out = _upgrade_level(cls, data, prefix, where)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        kind = hints.get(f.name)
+        if dataclasses.is_dataclass(kind) and isinstance(out.get(f.name), Mapping):
+            out[f.name] = upgrade(kind, out[f.name], where, f"{prefix}{f.name}.")
+    return out
+
+
 # ------------------------------------------------------------------------------------------ YAML
 
 
@@ -164,6 +292,7 @@ class _Builder:
         return ConfigError(f"{self.where(dotted)}: {message}")
 
     def build(self, cls: type[T], data: dict[str, Any], prefix: str) -> T:
+        data = _upgrade_level(cls, data, prefix, self.where)  # old keys: moved, with a notice
         fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
         hints = typing.get_type_hints(cls)
         kwargs = {}
@@ -265,6 +394,9 @@ def _name(kind: Any) -> str:
 class Config:
     """The base of WHALE's config dataclasses: loading, overrides and ``to_dict`` written once."""
 
+    #: Old key -> its new key, dotted from this config (set by :func:`renamed`).
+    renamed: ClassVar[dict[str, str]] = {}
+
     def validate(self) -> None:
         """Refuse values that type coercion cannot catch (ranges, combinations): ``ValueError``."""
 
@@ -286,9 +418,15 @@ class Config:
         data = read_yaml(path) if path else {}
         if section and isinstance(data.get(section), dict):
             data = data[section]
-        overrides = parse_sets(sets)
-        data = merge(merge(data, flags or {}), overrides)
-        return from_dict(cls, data, source=str(path) if path else None, sets=_dotted(overrides))
+        source = str(path) if path else None
+        given = parse_sets(sets)
+        # each layer in the new form before they merge: a flag or --set of a new key overrides the file's
+        # old one
+        data = upgrade(cls, data, _Builder(source, set()).where)
+        flags = upgrade(cls, flags or {}, _Builder(None, set()).where)
+        overrides = upgrade(cls, given, _Builder(None, _dotted(given)).where)
+        data = merge(merge(data, flags), overrides)
+        return from_dict(cls, data, source=source, sets=_dotted(overrides))
 
     @classmethod
     def from_yaml(cls: type[T], path: str | Path) -> T:

@@ -499,21 +499,21 @@ def check_proposer(ctx: Context) -> Iterator[Problem | str]:
         yield "offline (no LLM)"
         return
     anthropic = search.proposer == "claude-code" or (
-        search.proposer == "agent" and search.llm_api == "anthropic"
+        search.proposer == "agent" and search.llm.api == "anthropic"
     )
-    if not search.llm_model:
+    if not search.llm.model:
         yield Problem(
-            "proposer", f"proposer {search.proposer} needs search.llm_model", "--set search.llm_model=NAME"
+            "proposer", f"proposer {search.proposer} needs search.llm.model", "--set search.llm.model=NAME"
         )
-    url = search.llm_base_url or ("https://api.anthropic.com" if anthropic else None)
+    url = search.llm.base_url or ("https://api.anthropic.com" if anthropic else None)
     if not url:
         yield Problem(
             "proposer",
-            f"proposer {search.proposer} needs search.llm_base_url (an OpenAI-compatible .../v1)",
-            "--set search.llm_base_url=URL",
+            f"proposer {search.proposer} needs search.llm.base_url (an OpenAI-compatible .../v1)",
+            "--set search.llm.base_url=URL",
         )
         return
-    key_env = search.llm_api_key_env
+    key_env = search.llm.api_key_env
     if anthropic and key_env == "OPENAI_API_KEY":
         key_env = "ANTHROPIC_API_KEY"
     yield from _key_problem("proposer", f"proposer {search.proposer}", url, key_env, False)
@@ -521,7 +521,7 @@ def check_proposer(ctx: Context) -> Iterator[Problem | str]:
         from whale_train.meta_harness.claude_code import find_cli
 
         try:
-            find_cli(getattr(search, "claude_code_path", None))
+            find_cli(search.claude_code.path)
         except Exception as exc:  # noqa: BLE001 - ProposerError: one line saying what to install
             yield Problem("proposer", _first_line(exc), "make install-claude-code")
 

@@ -194,7 +194,7 @@ class TrainConfig(Config):
         overspent: every scored candidate, or the incumbent and the frontier, on the harness tasks (and
         the agent proposer's try_candidate rollouts)."""
         search = self.search
-        tries = search.agent_try_budget if search.proposer == "agent" else 0
+        tries = search.agent.try_budget if search.proposer == "agent" else 0
         return (
             search.harness_tasks * search.rollouts_per_task * max(search.candidates, 1 + search.frontier_size)
             + tries

@@ -12,7 +12,7 @@ these tools:
   ``train``-split tasks under the current model; the agent gets the outcome and the traces (also in its
   scratch folder, gold answers hidden). These rollouts are the proposer's: recorded as
   ``try_rollouts`` in the iteration's ``proposer_usage`` and as its ``proposer_rollouts``, apart from
-  the candidates' scoring rollouts, and capped per iteration by ``agent_try_budget``;
+  the candidates' scoring rollouts, and capped per iteration by ``agent.try_budget``;
 * ``validate_candidate(source)``: the search's gates (AST rules, prompt-only rule, ``check_harness``);
 * ``submit_candidate(source, hypothesis, axis)``: one candidate per slot, one mechanism each.
 
@@ -200,27 +200,27 @@ class AgentProposer:
         self.check = check or MetaHarnessConfig()
         self.env_kwargs = env_kwargs or {}
         self.jail_limits = jail_limits or JailLimits(
-            wall_s=self.check.agent_run_seconds,
-            cpu_s=max(1, int(self.check.agent_run_seconds)),
-            memory_mb=self.check.agent_memory_mb,
-            scratch_mb=self.check.agent_scratch_mb,
+            wall_s=self.check.agent.run_seconds,
+            cpu_s=max(1, int(self.check.agent.run_seconds)),
+            memory_mb=self.check.agent.memory_mb,
+            scratch_mb=self.check.agent.scratch_mb,
         )
 
     @classmethod
     def from_config(
         cls, config: MetaHarnessConfig, env_kwargs: dict[str, Any] | None = None
     ) -> AgentProposer:
-        key_env = config.llm_api_key_env
-        if config.llm_api == "anthropic" and key_env == "OPENAI_API_KEY":
+        key_env = config.llm.api_key_env
+        if config.llm.api == "anthropic" and key_env == "OPENAI_API_KEY":
             key_env = "ANTHROPIC_API_KEY"
         api = make_api(
-            config.llm_api,
-            config.llm_base_url,
-            config.llm_model or "",
+            config.llm.api,
+            config.llm.base_url,
+            config.llm.model or "",
             api_key_env=key_env,
-            temperature=config.llm_temperature,
-            max_tokens=config.llm_max_tokens,
-            timeout=config.llm_timeout,
+            temperature=config.llm.temperature,
+            max_tokens=config.llm.max_tokens,
+            timeout=config.llm.timeout,
         )
         return cls(api, check=config, env_kwargs=env_kwargs)
 
@@ -246,7 +246,7 @@ class AgentProposer:
             version=ctx.model_version,
             run_s=self.jail_limits.wall_s,
             memory_mb=self.jail_limits.memory_mb,
-            try_tasks=self.check.agent_try_tasks,
+            try_tasks=self.check.agent.try_tasks,
             try_budget=try_budget,
             prompt_only=PROMPT_ONLY.format(seed_id=ctx.seed_id) if ctx.prompt_only else "",
             contract=harness_base.__doc__,
@@ -269,7 +269,7 @@ class _Session:
         self.now = dict.fromkeys(COUNTERS, 0)
         self.now["cost_usd"] = 0.0
         self.clock = time.monotonic()
-        self.try_left = proposer.check.agent_try_budget if ctx.llm is not None else 0
+        self.try_left = proposer.check.agent.try_budget if ctx.llm is not None else 0
         self.log: list[dict[str, Any]] = []
         tag = f"{ctx.iteration:03d}"
         self.log_path = ctx.archive.root / SEARCH_DIR / "proposer" / f"{tag}.jsonl"
@@ -279,7 +279,7 @@ class _Session:
         ctx, api, check = self.ctx, self.p.api, self.p.check
         convo = Conversation(self.p.skill(ctx, self.try_left))
         convo.user(self._task())
-        for turn in range(check.llm_max_turns):
+        for turn in range(check.llm.max_turns):
             if len(self.proposals) >= len(ctx.slots):
                 break
             reply = api.chat(convo, TOOLS)
@@ -287,7 +287,7 @@ class _Session:
             self.now["prompt_tokens"] += reply.input_tokens
             self.now["completion_tokens"] += reply.output_tokens
             self.now["cost_usd"] += (
-                reply.input_tokens * check.llm_price_prompt + reply.output_tokens * check.llm_price_completion
+                reply.input_tokens * check.llm.price_prompt + reply.output_tokens * check.llm.price_completion
             ) / 1e6
             convo.assistant(reply)
             if not reply.tool_calls:
@@ -311,7 +311,7 @@ class _Session:
                 results.append((call, text))
             convo.results(results)
         if not self.proposals:
-            raise ProposerError(f"the agent proposer submitted no candidate in {check.llm_max_turns} turns")
+            raise ProposerError(f"the agent proposer submitted no candidate in {check.llm.max_turns} turns")
         return self.proposals[: len(ctx.slots)]
 
     def close(self) -> None:
@@ -384,10 +384,10 @@ class _Session:
         ctx, check = self.ctx, self.p.check
         if ctx.llm is None:
             return "error: no model to roll out with in this search"
-        n = min(int(n), check.agent_try_tasks, self.try_left)
+        n = min(int(n), check.agent.try_tasks, self.try_left)
         if n < 1:
             return (
-                f"error: no try rollouts left in this iteration (agent_try_budget {check.agent_try_budget})"
+                f"error: no try rollouts left in this iteration (agent.try_budget {check.agent.try_budget})"
             )
         v = self._validation(source)
         if not v.ok:

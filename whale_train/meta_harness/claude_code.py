@@ -18,7 +18,7 @@ split, no answers; CPU, memory, time and output limits). What the CLI gets:
     connection there is forwarded to a Unix socket, the one file of a read-only folder bound into the
     jail (Unix sockets are files: they cross network namespaces, nothing else does);
   - outside, in the search's process, :class:`ApiRelay` accepts on that socket and sends each request
-    on to the configured API (``llm_base_url``, default Anthropic's), one request per connection, with
+    on to the configured API (``llm.base_url``, default Anthropic's), one request per connection, with
     the ``Host`` header set for it and the **API key added there**: the key never enters the jail (the
     CLI holds a placeholder), and is masked in whatever the upstream answers. Only the API's own routes
     and methods are forwarded (``POST /v1/messages``, its ``count_tokens``, ``GET /v1/models``), written
@@ -35,7 +35,7 @@ usual validation). ``NOTES.md`` from the workspace is kept as ``search/notes/<it
 
 Measured per iteration (the iteration record's ``proposer_usage``, shown by ``whale lineage``): the API
 requests the relay forwarded (``requests``), the CLI's turns, tool calls by tool, Bash commands
-(``runs``, ``runs_failed``), tokens and cost (from the CLI's result: with ``llm_price_*`` set the cost is
+(``runs``, ``runs_failed``), tokens and cost (from the CLI's result: with ``llm.price_*`` set the cost is
 computed from the tokens at those prices, else the CLI's own ``total_cost_usd``), wall seconds. The
 request count is the relay's (outside the jail); turns, tools and tokens are read by the launcher from
 the CLI's own stream inside the jail, so a hostile session could misstate them. The CLI
@@ -106,7 +106,7 @@ LAUNCHER = Path(claude_code_launcher.__file__).read_text(encoding="utf-8")
 
 
 def find_cli(configured: str | None = None) -> tuple[Path, Path]:
-    """``(node, cli.js)`` of the Claude Code CLI: ``configured`` (``claude_code_path``: the cli.js or
+    """``(node, cli.js)`` of the Claude Code CLI: ``configured`` (``claude_code.path``: the cli.js or
     its package folder), else ``$WHALE_CLAUDE_CODE``, else the project's ``make install-claude-code``.
     Raises ``ProposerError`` (one line) when either is missing."""
     where = configured or os.environ.get("WHALE_CLAUDE_CODE") or str(PROJECT / LOCAL_INSTALL)
@@ -116,7 +116,7 @@ def find_cli(configured: str | None = None) -> tuple[Path, Path]:
     if not cli.is_file():
         raise ProposerError(
             f"the Claude Code CLI is not installed at {cli}: run `make install-claude-code` "
-            f"(@anthropic-ai/claude-code@{PINNED_VERSION}), or set claude_code_path to its cli.js"
+            f"(@anthropic-ai/claude-code@{PINNED_VERSION}), or set claude_code.path to its cli.js"
         )
     node = shutil.which("node")
     if node is None:
@@ -187,7 +187,7 @@ class ApiRelay:
     ):
         url = urlsplit(upstream.rstrip("/"))
         if url.scheme not in ("http", "https") or not url.hostname:
-            raise ProposerError(f"llm_base_url must be an http(s) URL, got {upstream!r}")
+            raise ProposerError(f"llm.base_url must be an http(s) URL, got {upstream!r}")
         self.tls = url.scheme == "https"
         self.host = url.hostname
         self.port = url.port or (443 if self.tls else 80)
@@ -420,12 +420,12 @@ class ClaudeCodeProposer:
         self.api_key = api_key
         c = self.check
         self.jail_limits = JailLimits(
-            wall_s=c.claude_code_seconds,
-            cpu_s=max(1, int(c.claude_code_seconds)),
+            wall_s=c.claude_code.seconds,
+            cpu_s=max(1, int(c.claude_code.seconds)),
             output_chars=200_000,
-            memory_mb=c.claude_code_memory_mb,
+            memory_mb=c.claude_code.memory_mb,
             processes=256,
-            scratch_mb=c.agent_scratch_mb,
+            scratch_mb=c.agent.scratch_mb,
         )
         # the agent proposer's skill, at this mode's limits (its per-command limits are the session's)
         self._skill = AgentProposer(None, check=c, env_kwargs=self.env_kwargs, jail_limits=self.jail_limits)  # type: ignore[arg-type]
@@ -434,10 +434,10 @@ class ClaudeCodeProposer:
     def from_config(
         cls, config: MetaHarnessConfig, env_kwargs: dict[str, Any] | None = None
     ) -> ClaudeCodeProposer:
-        key_env = config.llm_api_key_env
+        key_env = config.llm.api_key_env
         if key_env == "OPENAI_API_KEY":  # the default name: the CLI speaks Anthropic's API
             key_env = "ANTHROPIC_API_KEY"
-        find_cli(config.claude_code_path)  # a missing CLI fails here, before any work
+        find_cli(config.claude_code.path)  # a missing CLI fails here, before any work
         return cls(config, env_kwargs, api_key=os.environ.get(key_env))
 
     def skill(self, ctx: ProposalContext) -> str:
@@ -445,9 +445,9 @@ class ClaudeCodeProposer:
         return self._skill.skill(ctx, 0) + HANDING_IN.format(slots=len(ctx.slots))
 
     def propose(self, ctx: ProposalContext) -> list[Proposal]:
-        node, cli = find_cli(self.check.claude_code_path)
+        node, cli = find_cli(self.check.claude_code.path)
         c = self.check
-        relay = ApiRelay(c.llm_base_url or ANTHROPIC_URL, self.api_key)
+        relay = ApiRelay(c.llm.base_url or ANTHROPIC_URL, self.api_key)
         mounts = {"/whale-relay": str(relay.folder), "/whale-cli": str(cli.parent)}
         node_in_jail = str(node)
         if not any(str(node).startswith(p) for p in ("/usr/", "/bin/", "/lib")):  # not in the jail's view
@@ -504,10 +504,10 @@ class ClaudeCodeProposer:
             "--verbose",
         ]
         argv += ["--no-session-persistence", "--dangerously-skip-permissions", "--setting-sources", ""]
-        argv += ["--tools", CLI_TOOLS, "--add-dir", "/archive", "--max-turns", str(c.llm_max_turns)]
+        argv += ["--tools", CLI_TOOLS, "--add-dir", "/archive", "--max-turns", str(c.llm.max_turns)]
         argv += ["--append-system-prompt", "Follow SKILL.md in your working directory exactly."]
-        if c.llm_model:
-            argv += ["--model", c.llm_model]
+        if c.llm.model:
+            argv += ["--model", c.llm.model]
         launch = json.dumps({"argv": argv, "key": PLACEHOLDER_KEY})
         result = jail.run(f"exec python -I .whale-launch.py {_quote(launch)}")
         summary = None
@@ -550,7 +550,7 @@ class ClaudeCodeProposer:
                     parents=[parent],
                     change="prompt" if ctx.prompt_only else "rewrite",
                     summary=axis,
-                    components={"model": self.check.llm_model or "(the CLI's default)", "api": "claude-code"}
+                    components={"model": self.check.llm.model or "(the CLI's default)", "api": "claude-code"}
                     | {"axis": axis},
                 )
             )
@@ -567,8 +567,8 @@ class ClaudeCodeProposer:
         )
         completion = int(u.get("output_tokens") or 0)
         tools = s.get("tools") or {}
-        if c.llm_price_prompt or c.llm_price_completion:
-            cost = (prompt * c.llm_price_prompt + completion * c.llm_price_completion) / 1e6
+        if c.llm.price_prompt or c.llm.price_completion:
+            cost = (prompt * c.llm.price_prompt + completion * c.llm.price_completion) / 1e6
         else:
             cost = float(result.get("total_cost_usd") or 0.0)
         return {

@@ -63,15 +63,16 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--llm-base-url",
         default=None,
-        help="the proposer's endpoint: OpenAI-compatible .../v1, or Anthropic's (default for --llm-api anthropic)",
+        help="the proposer's endpoint (llm.base_url): OpenAI-compatible .../v1, or Anthropic's (default for "
+        "--llm-api anthropic)",
     )
     p.add_argument(
         "--llm-api",
         default=None,
         choices=["openai", "anthropic"],
-        help="the agent proposer's API: openai (chat completions: OpenAI, vLLM, gateways) or anthropic",
+        help="the agent proposer's API (llm.api): openai (chat completions: OpenAI, vLLM, gateways) or anthropic",
     )
-    p.add_argument("--llm-model", default=None, help="the LLM proposer's model name")
+    p.add_argument("--llm-model", default=None, help="the proposer's model name (llm.model)")
     p.add_argument("--test-limit", type=count(0), default=256, help="test-split tasks to score (0: skip)")
     p.add_argument("--test-k", type=count(1), default=1, help="samples per test task")
     p.set_defaults(func=cmd_search)
@@ -93,12 +94,11 @@ def search_config(args: argparse.Namespace) -> MetaHarnessConfig:
         "candidates": args.candidates,
         "seed": args.seed,
         "proposer": args.proposer,
-        "llm_base_url": args.llm_base_url,
-        "llm_model": args.llm_model,
-        "llm_api": args.llm_api,
+        "llm": {"base_url": args.llm_base_url, "model": args.llm_model, "api": args.llm_api},
         "prompt_only": True if args.prompt_only else None,
     }
-    flags = {k: v for k, v in flags.items() if v is not None}
+    flags["llm"] = {k: v for k, v in flags["llm"].items() if v is not None}
+    flags = {k: v for k, v in flags.items() if v is not None and v != {}}
     return MetaHarnessConfig.load(args.config, args.overrides, section="search", flags=flags)
 
 
@@ -123,7 +123,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         from whale_train.meta_harness.proposer import ProposerError
 
         try:
-            find_cli(config.claude_code_path)
+            find_cli(config.claude_code.path)
         except ProposerError as exc:
             raise CLIError(str(exc)) from None
     out = Path(args.out or f"runs/search-{domain.name}")

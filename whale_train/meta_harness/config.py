@@ -1,4 +1,18 @@
-"""``MetaHarnessConfig``: every knob of the harness search, loadable from YAML or a dict."""
+"""``MetaHarnessConfig``: every knob of the harness search, loadable from YAML or a dict.
+
+The proposer's settings are nested, one config per kind of proposer: ``llm`` (the proposer's model and
+its API: proposers ``llm``, ``agent`` and ``claude-code``), ``agent`` (the agent proposer's jail and
+``try_candidate``) and ``claude_code`` (the Claude Code CLI's session)::
+
+    search:
+      proposer: agent
+      llm: {api: anthropic, model: claude-opus-4-1, price_prompt: 15, price_completion: 75}
+      agent: {try_budget: 16}
+
+The flat keys they replace (``llm_model``, ``agent_try_budget``, ``claude_code_path``, ...: ``<kind>_<name>``
+is now ``<kind>.<name>``) are still read, from files, ``--set``, run folders and the constructor, with
+a one-line notice naming the new key (:data:`RENAMED`).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +20,100 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from whale_train.config_io import Config, at_least, option
+from whale_train.config_io import Config, at_least, option, renamed
 
 PROPOSERS = ("offline", "llm", "agent", "claude-code")
+APIS = ("openai", "anthropic")
 
 
+@dataclass
+class LLMProposerConfig(Config):
+    """The proposer's model and its API (``search.llm``): proposers ``llm``, ``agent`` and ``claude-code``."""
+
+    base_url: str | None = option(
+        None,
+        "the proposer's endpoint: OpenAI-compatible (.../v1) for proposer llm and for agent with api openai; "
+        "agent with api anthropic and claude-code default to Anthropic's",
+    )
+    model: str | None = option(None, "the proposer model's name (claude-code: unset is the CLI's default)")
+    api: str = option(
+        "openai",
+        "proposer agent: the wire format, openai (chat completions with tool calls: OpenAI, vLLM, most "
+        "gateways) or anthropic (the Messages API; base_url defaults to Anthropic's)",
+    )
+    api_key_env: str = option(
+        "OPENAI_API_KEY",
+        "the environment variable holding its API key (may be unset for local servers); with api anthropic "
+        "and for claude-code the default name reads ANTHROPIC_API_KEY",
+    )
+    max_turns: int = option(30, "chat turns (tool calls included) per proposer conversation")
+    temperature: float = option(0.7, "the proposer's sampling temperature (proposers llm and agent)")
+    timeout: float = option(300.0, "seconds per proposer request (proposers llm and agent)")
+    price_prompt: float = option(0.0, "USD per million prompt tokens, to record the proposer's cost")
+    price_completion: float = option(0.0, "USD per million completion tokens, to record the proposer's cost")
+    max_tokens: int = option(4096, "proposer agent: max_tokens of one reply")
+
+    def validate(self) -> None:
+        at_least(self, 1, "max_turns", "max_tokens")
+        if self.api not in APIS:  # the name a flat config knew it by, then its key (tests and users grep it)
+            raise ValueError(f"unknown llm_api {self.api!r} (llm.api); known: {', '.join(APIS)}")
+
+
+@dataclass
+class AgentProposerConfig(Config):
+    """The agent proposer's jail and ``try_candidate`` (``search.agent``): proposer ``agent``."""
+
+    run_seconds: float = option(
+        60.0, "wall-clock seconds of one run(command) in the jail (its CPU seconds too)"
+    )
+    memory_mb: int = option(2048, "address space per process in the jail (MiB)")
+    scratch_mb: int = option(
+        256, "size of the iteration's scratch folder (MiB; claude-code's jail has the same)"
+    )
+    try_tasks: int = option(8, "the most train tasks one try_candidate may roll out (its n is capped here)")
+    try_budget: int = option(
+        32,
+        "try_candidate rollouts allowed per iteration (charged as proposer rollouts, reported apart from "
+        "the candidates' scoring)",
+    )
+
+    def validate(self) -> None:
+        at_least(self, 1, "memory_mb", "scratch_mb", "try_tasks")
+        if self.run_seconds <= 0 or self.try_budget < 0:
+            raise ValueError("agent.run_seconds must be > 0 and agent.try_budget >= 0")
+
+
+@dataclass
+class ClaudeCodeConfig(Config):
+    """The Claude Code CLI's session (``search.claude_code``): proposer ``claude-code``."""
+
+    path: str | None = option(
+        None,
+        "the CLI's cli.js (or its package folder); unset: $WHALE_CLAUDE_CODE, else the project's "
+        "make install-claude-code",
+    )
+    seconds: float = option(1800.0, "wall-clock (and CPU) seconds of one iteration's CLI session")
+    memory_mb: int = option(4096, "address space per process in its jail (MiB; Node needs more than Python)")
+
+    def validate(self) -> None:
+        at_least(self, 1, "memory_mb")
+        if self.seconds <= 0:
+            raise ValueError("claude_code.seconds must be > 0")
+
+
+def _flat(kind: str, config: type) -> dict[str, str]:
+    return {f"{kind}_{f.name}": f"{kind}.{f.name}" for f in dataclasses.fields(config)}
+
+
+#: The flat keys of the proposer's settings before they were nested: ``llm_model`` is ``llm.model``.
+RENAMED = (
+    _flat("llm", LLMProposerConfig)
+    | _flat("agent", AgentProposerConfig)
+    | _flat("claude_code", ClaudeCodeConfig)
+)
+
+
+@renamed(RENAMED)
 @dataclass
 class MetaHarnessConfig(Config):
     """How the harness search proposes, checks, scores and accepts candidates (``whale search --config``,
@@ -62,49 +165,18 @@ class MetaHarnessConfig(Config):
     max_llm_calls: int = option(64, "LLM requests allowed per episode (a runaway candidate ends there)")
     max_tokens: int = option(512, "the largest max_tokens one request of a candidate may ask for")
     harness_seconds: float = option(30.0, "a candidate's own compute allowed between two handle calls")
-    llm_base_url: str | None = option(
-        None, "the proposer's OpenAI-compatible endpoint (.../v1), for proposer llm"
+    llm: LLMProposerConfig = option(
+        factory=LLMProposerConfig,
+        help="the proposer's model and API (proposers llm, agent and claude-code); the flat llm_* keys "
+        "are still read",
     )
-    llm_model: str | None = option(None, "the proposer model's name")
-    llm_api: str = option(
-        "openai",
-        "proposer agent: the wire format, openai (chat completions with tool calls: OpenAI, vLLM, most "
-        "gateways) or anthropic (the Messages API; llm_base_url defaults to Anthropic's)",
+    agent: AgentProposerConfig = option(
+        factory=AgentProposerConfig,
+        help="the agent proposer's jail and try_candidate; the flat agent_* keys are still read",
     )
-    llm_api_key_env: str = option(
-        "OPENAI_API_KEY",
-        "the environment variable holding its API key (may be unset for local servers); with llm_api "
-        "anthropic the default name reads ANTHROPIC_API_KEY",
-    )
-    llm_max_turns: int = option(30, "chat turns (tool calls included) per proposer conversation")
-    llm_temperature: float = option(0.7, "the proposer's sampling temperature")
-    llm_timeout: float = option(300.0, "seconds per proposer request")
-    llm_price_prompt: float = option(0.0, "USD per million prompt tokens, to record the proposer's cost")
-    llm_price_completion: float = option(0.0, "USD per million completion tokens")
-    llm_max_tokens: int = option(4096, "proposer agent: max_tokens of one reply")
-    agent_run_seconds: float = option(
-        60.0, "proposer agent: wall-clock seconds of one run(command) in the jail (CPU seconds too)"
-    )
-    agent_memory_mb: int = option(2048, "proposer agent: address space per process in the jail (MiB)")
-    agent_scratch_mb: int = option(256, "proposer agent: size of the iteration's scratch folder (MiB)")
-    agent_try_tasks: int = option(
-        8, "proposer agent: the most train tasks one try_candidate may roll out (its n is capped here)"
-    )
-    agent_try_budget: int = option(
-        32,
-        "proposer agent: try_candidate rollouts allowed per iteration (charged as proposer rollouts, "
-        "reported apart from the candidates' scoring)",
-    )
-    claude_code_path: str | None = option(
-        None,
-        "proposer claude-code: the CLI's cli.js (or its package folder); unset: $WHALE_CLAUDE_CODE, else "
-        "the project's make install-claude-code",
-    )
-    claude_code_seconds: float = option(
-        1800.0, "proposer claude-code: wall-clock (and CPU) seconds of one iteration's CLI session"
-    )
-    claude_code_memory_mb: int = option(
-        4096, "proposer claude-code: address space per process in its jail (MiB; Node needs more than Python)"
+    claude_code: ClaudeCodeConfig = option(
+        factory=ClaudeCodeConfig,
+        help="the Claude Code CLI's session (proposer claude-code); the flat claude_code_* keys are still read",
     )
 
     def validate(self) -> None:
@@ -119,31 +191,23 @@ class MetaHarnessConfig(Config):
             "concurrency",
             "max_llm_calls",
             "max_tokens",
-            "llm_max_turns",
-            "llm_max_tokens",
-            "agent_memory_mb",
-            "agent_scratch_mb",
-            "agent_try_tasks",
-            "claude_code_memory_mb",
         )
-        if self.claude_code_seconds <= 0:
-            raise ValueError("claude_code_seconds must be > 0")
-        if self.agent_run_seconds <= 0 or self.agent_try_budget < 0:
-            raise ValueError("agent_run_seconds must be > 0 and agent_try_budget >= 0")
-        if self.llm_api not in ("openai", "anthropic"):
-            raise ValueError(f"unknown llm_api {self.llm_api!r}; known: openai, anthropic")
+        for sub in (self.llm, self.agent, self.claude_code):  # when built in Python (a loader did them)
+            sub.validate()
         if self.candidates > 10:
             raise ValueError(f"MetaHarnessConfig.candidates must be <= 10, got {self.candidates}")
         if self.proposer not in PROPOSERS:
             raise ValueError(f"unknown proposer {self.proposer!r}; known: {', '.join(PROPOSERS)}")
         if self.accept_z < 0 or self.accept_min_gain < 0:
             raise ValueError("accept_z and accept_min_gain must be >= 0")
-        if self.proposer == "llm" and not (self.llm_base_url and self.llm_model):
-            raise ValueError("proposer 'llm' needs llm_base_url and llm_model")
-        if self.proposer == "agent" and not self.llm_model:
-            raise ValueError("proposer 'agent' needs llm_model")
-        if self.proposer == "agent" and self.llm_api == "openai" and not self.llm_base_url:
-            raise ValueError("proposer 'agent' with llm_api openai needs llm_base_url (.../v1)")
+        # each message names the setting as a flat config knew it, then its key (users and tests grep them)
+        llm = self.llm
+        if self.proposer == "llm" and not (llm.base_url and llm.model):
+            raise ValueError("proposer 'llm' needs llm_base_url and llm_model (llm.base_url, llm.model)")
+        if self.proposer == "agent" and not llm.model:
+            raise ValueError("proposer 'agent' needs llm_model (llm.model)")
+        if self.proposer == "agent" and llm.api == "openai" and not llm.base_url:
+            raise ValueError("proposer 'agent' with llm_api openai needs llm_base_url (llm.base_url: .../v1)")
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> MetaHarnessConfig:

@@ -279,12 +279,12 @@ def make_api(
     """The client for ``api`` (``openai`` or ``anthropic``); the key is read from ``api_key_env``
     (default ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``; may be unset for a local server)."""
     if api not in APIS:
-        raise ValueError(f"unknown llm_api {api!r}; known: {', '.join(APIS)}")
+        raise ValueError(f"unknown llm.api {api!r}; known: {', '.join(APIS)}")
     env = api_key_env or ("ANTHROPIC_API_KEY" if api == "anthropic" else "OPENAI_API_KEY")
     key = os.environ.get(env, "")
     cls = AnthropicChat if api == "anthropic" else OpenAIChat
     default = "https://api.anthropic.com" if api == "anthropic" else ""
     url = base_url or default
     if not url:
-        raise ValueError("llm_api openai needs llm_base_url (e.g. http://localhost:8000/v1)")
+        raise ValueError("llm.api openai needs llm.base_url (e.g. http://localhost:8000/v1)")
     return cls(url, model, key, temperature=temperature, max_tokens=max_tokens, timeout=timeout)

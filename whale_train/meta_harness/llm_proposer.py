@@ -168,14 +168,14 @@ class LLMProposer:
     @classmethod
     def from_config(cls, config: MetaHarnessConfig, env_kwargs: dict[str, Any] | None = None) -> LLMProposer:
         return cls(
-            config.llm_base_url or "",
-            config.llm_model or "",
-            api_key_env=config.llm_api_key_env,
-            max_turns=config.llm_max_turns,
-            temperature=config.llm_temperature,
-            timeout=config.llm_timeout,
-            price_prompt=config.llm_price_prompt,
-            price_completion=config.llm_price_completion,
+            config.llm.base_url or "",
+            config.llm.model or "",
+            api_key_env=config.llm.api_key_env,
+            max_turns=config.llm.max_turns,
+            temperature=config.llm.temperature,
+            timeout=config.llm.timeout,
+            price_prompt=config.llm.price_prompt,
+            price_completion=config.llm.price_completion,
             check=config,
             env_kwargs=env_kwargs,
         )
