@@ -178,8 +178,9 @@ def check_harness(
     (``report.ok``, ``report.raise_for_problems()``), a model call that fails included.
     """
     import whale_envs  # noqa: F401  (registers the envs)
+    from whale_train.evaluation import TaskSet, evaluate
     from whale_train.null_llms import LogLikelihoodNull, OtherTaskReal, PlausibleWrong, derangement_swaps
-    from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts
+    from whale_train.rollout import EpisodeLimits
 
     name = str(harness.name if isinstance(harness, HarnessRef) else harness)
     report = HarnessReport(name, env_id)
@@ -231,27 +232,28 @@ def check_harness(
     limits = EpisodeLimits(
         max_llm_calls=max_llm_calls, max_tokens=max_tokens, harness_seconds=harness_seconds
     )
-    config = RolloutConfig(k=1, seed=seed, concurrency=16, limits=limits, trusted=trusted)
+    task_sets = [TaskSet({**base_kwargs, "split": split}, ids) for split, ids in groups]
     replays: dict[tuple, bool] = {}
     for model, mode in zip(models, labels, strict=True):
-        trajs: list = []
-        for split, ids in groups:
 
-            def tick(_t, mode=mode):
-                nonlocal done
-                done += 1
-                if progress is not None:
-                    progress(done, total, mode)
+        def tick(_t, mode=mode):
+            nonlocal done
+            done += 1
+            if progress is not None:
+                progress(done, total, mode)
 
-            trajs += run_rollouts(
-                ref,
-                env_id,
-                model,
-                ids,
-                env_kwargs={**base_kwargs, "split": split},
-                config=config,
-                progress=tick,
-            )
+        trajs = evaluate(
+            ref,
+            env_id,
+            model,
+            task_sets,
+            k=1,
+            seed=seed,
+            concurrency=16,
+            trusted=trusted,
+            limits=limits,
+            progress=tick,
+        ).trajectories
         report.episodes += len(trajs)
         _episode_problems(trajs, mode, report)
         report.null_scores[mode] = sum(t.solved for t in trajs) / max(1, len(trajs))

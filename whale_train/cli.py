@@ -184,23 +184,20 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 def evaluate(args: argparse.Namespace) -> dict:
     """``whale eval``: run, print the table, write results.json and traces.jsonl; return the results."""
     import json
-    import time
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from whale_train.rollout import RolloutConfig, by_data_source, run_rollouts, summarize, write_jsonl
+    from whale_train import evaluation
+    from whale_train.rollout import RolloutConfig
 
     env_options = env_options_of(getattr(args, "env_option", []))
     env = _make_env(args.env, args.tasks, args.split, **env_options).unwrapped
-    harness = load_harness_for(args.harness, args.env, trusted=args.trusted)
-    task_ids = env.task_ids[: args.limit] if args.limit else env.task_ids
-    config = RolloutConfig(
-        k=args.k, seed=args.seed, concurrency=args.concurrency, trusted=args.trusted, limits=_limits(args)
-    )
-    isolation = _preflight(config, env, harness)
-    llm = _load_llm(args)
     env_kwargs = {"split": args.split, **env_options, **({"tasks": args.tasks} if args.tasks else {})}
-    start = time.monotonic()
+    tasks = evaluation.TaskSet.of(env, env_kwargs, args.limit)
+    harness = load_harness_for(args.harness, args.env, trusted=args.trusted)
+    limits = _limits(args)
+    isolation = _preflight(RolloutConfig(trusted=args.trusted), env, harness)
+    llm = _load_llm(args)
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -208,22 +205,23 @@ def evaluate(args: argparse.Namespace) -> dict:
         TimeElapsedColumn(),
         console=console,
     ) as bar:
-        job = bar.add_task(f"{harness.name} on {args.env}", total=len(task_ids) * args.k)
-        trajs = run_rollouts(
+        job = bar.add_task(f"{harness.name} on {args.env}", total=len(tasks.ids) * args.k)
+        result = evaluation.evaluate(
             harness,
             args.env,
             llm,
-            task_ids,
-            env_kwargs=env_kwargs,
-            config=config,
+            [tasks],
+            k=args.k,
+            seed=args.seed,
+            concurrency=args.concurrency,
+            trusted=args.trusted,
+            limits=limits,
             progress=lambda _t: bar.advance(job),
         )
-    wall = time.monotonic() - start
-    summary = summarize(trajs)
-    summary["by_data_source"] = by_data_source(env.source, summary["per_task"])
+    wall, trajs = result.wall_seconds, result.trajectories
     results = {
         "env": args.env,
-        "task_source": env.source.name,
+        "task_source": tasks.source.name,
         "split": args.split,
         "harness": harness.name,
         "model": getattr(llm, "name", str(args.model)),
@@ -233,8 +231,8 @@ def evaluate(args: argparse.Namespace) -> dict:
         "isolation": isolation,
         "wall_seconds": round(wall, 2),
         "episodes_per_second": round(len(trajs) / wall, 2) if wall else None,
-        **summary,
-        "errors": first_errors(trajs),
+        **result.summary,
+        "errors": result.errors,
     }
     model_errors = [t.error for t in trajs if t.failure == "model_error"]
     if model_errors:
@@ -245,7 +243,7 @@ def evaluate(args: argparse.Namespace) -> dict:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
-        write_jsonl(trajs, out / "traces.jsonl")
+        result.write_traces(out / "traces.jsonl")
         console.print(f"wrote {out / 'results.json'} and {out / 'traces.jsonl'}")
     return results
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -49,9 +50,9 @@ from whale_envs.tasks import check_split
 from whale_train import distributed
 from whale_train.config_io import Config, option
 from whale_train.domains import domain_for
+from whale_train.evaluation import EvalResult, TaskSet, eval_seed, evaluate, select_seed, task_set
 from whale_train.files import atomic_write_text, hold_folder, release_folder
 from whale_train.meta_harness.config import MetaHarnessConfig
-from whale_train.rollout import RolloutConfig, by_data_source, run_rollouts, summarize, write_jsonl
 from whale_train.rsft import RSFT, RSFTConfig, check_model
 from whale_train.schedule import METHODS, RunState, ScheduleConfig, ScheduleDecision, make_schedule
 from whale_train.tracking import Tracker, event_metrics, parse_report_to
@@ -247,20 +248,18 @@ def find_config(spec: str | Path) -> Path:
     raise FileNotFoundError(f"no config file {spec}; shipped configs: {', '.join(shipped_configs())}")
 
 
-def eval_task_ids(config: TrainConfig) -> list[list[str]]:
-    """The task ids each test set of ``config.eval_sets`` contributes: the first ``eval.limit`` of its
+def eval_task_sets(config: TrainConfig) -> list[TaskSet]:
+    """The test sets of ``config.eval_sets``, each env built once: the first ``eval.limit`` tasks of its
     split. A task id in two test sets is a ValueError naming both (their results would mix)."""
-    import gymnasium as gym
-
-    limit, seen, out = config.eval.limit, {}, []
+    seen: dict[str, int] = {}
+    out = []
     for index, kwargs in enumerate(config.eval_sets):
-        env = gym.make(config.env, **kwargs).unwrapped
-        ids = list(env.task_ids[:limit] if limit else env.task_ids)
-        if not ids:
+        tasks = task_set(config.env, kwargs, config.eval.limit)
+        if not tasks.ids:
             raise ValueError(
                 f"eval: the test set {kwargs.get('tasks') or 'of the run'} has no tasks in split {kwargs['split']!r}"
             )
-        for task_id in ids:
+        for task_id in tasks.ids:
             other = seen.setdefault(task_id, index)
             if other != index:
                 raise ValueError(
@@ -268,8 +267,13 @@ def eval_task_ids(config: TrainConfig) -> list[list[str]]:
                     f"{kwargs.get('tasks')}; the test sets "
                     "must not share ids (aime: give a file without a year column ?year=2025)"
                 )
-        out.append(ids)
+        out.append(tasks)
     return out
+
+
+def eval_task_ids(config: TrainConfig) -> list[list[str]]:
+    """The task ids each test set of ``config.eval_sets`` contributes (:func:`eval_task_sets`)."""
+    return [tasks.ids for tasks in eval_task_sets(config)]
 
 
 def check_split_secret(run_dir: Path, resume: bool) -> None:
@@ -289,12 +293,12 @@ def check_split_secret(run_dir: Path, resume: bool) -> None:
         atomic_write_text(path, json.dumps({"fingerprint": now}, indent=1) + "\n")
 
 
-def list_test_ids(run_dir: Path, config: TrainConfig) -> None:
-    """After the run, ``splits.json`` lists the ids of every test set, for the user (nothing a harness or a
-    proposer reads is written during the run)."""
+def list_test_ids(run_dir: Path, config: TrainConfig, test_sets: list[TaskSet]) -> None:
+    """After the run, ``splits.json`` lists the ids of every test set (``eval_task_sets``), for the user
+    (nothing a harness or a proposer reads is written during the run)."""
     sets = [
-        {"tasks": kwargs.get("tasks"), "split": kwargs["split"], "ids": ids}
-        for kwargs, ids in zip(config.eval_sets, eval_task_ids(config), strict=True)
+        {"tasks": kwargs.get("tasks"), "split": kwargs["split"], "ids": tasks.ids}
+        for kwargs, tasks in zip(config.eval_sets, test_sets, strict=True)
     ]
     record = {"fingerprint": splits.fingerprint(), "test_sets": sets}
     atomic_write_text(run_dir / "splits.json", json.dumps(record, indent=1) + "\n")
@@ -576,13 +580,12 @@ class Run:
         if key in self.evaluated:
             return None
         e = self.config.eval
-        ids = eval_task_ids(self.config)
         out = self.dir / "eval"
         out.mkdir(exist_ok=True)
-        cache_key = self._eval_cache_key(ids)
+        cache_key = self._eval_cache_key([tasks.ids for tasks in self.test_sets])
         hit = self.eval_cache.get(cache_key) if cache_key else None
         if hit is None:
-            result = self._evaluate(version, ids, out / f"{key}.traces.jsonl")
+            result = self._evaluate(version, out / f"{key}.traces.jsonl")
             if cache_key:
                 self.eval_cache.put(cache_key, result, out / f"{key}.traces.jsonl")
         else:  # the same weights, harness, tasks and seeds, scored by another run (or an earlier session)
@@ -645,79 +648,70 @@ class Run:
                 else {"eval_sets": self.config.eval_sets, "ids": ids}
             ),
             k=e.k,
-            seed=10_000 + seed,
+            seed=eval_seed(seed),
             concurrency=self.config.concurrency,
-            select=[e.select_limit, e.select_k, 20_000 + seed] if e.select_limit else None,
+            select=[e.select_limit, e.select_k, select_seed(seed)] if e.select_limit else None,
         )
 
-    def _evaluate(self, version: int, ids: list[list[str]], traces: Path) -> dict[str, Any]:
-        """Run the evaluation of the current (model, harness) on ``ids`` (those of each test set); write its
-        traces to ``traces``."""
-        import gymnasium as gym
+    @functools.cached_property
+    def test_sets(self) -> list[TaskSet]:
+        """The test sets (``eval_task_sets``), their envs built once per process."""
+        return eval_task_sets(self.config)
 
+    @functools.cached_property
+    def select_set(self) -> TaskSet:
+        """The first ``eval.select_limit`` tasks of the harness split: the selection score's."""
+        kwargs = {"split": "harness", **self.config.env_kwargs}
+        return task_set(self.config.env, kwargs, self.config.eval.select_limit)
+
+    def _evaluate(self, version: int, traces: Path) -> dict[str, Any]:
+        """Run the evaluation of the current (model, harness) on the test sets; write its traces to
+        ``traces``."""
         e = self.config.eval
-        rollout = RolloutConfig(
-            k=e.k,
-            seed=10_000 + self.config.seed,
-            concurrency=self.config.concurrency,
-            trusted=self.harness.shipped,
-        )
         show = self.progress or _no_progress
-        total = sum(map(len, ids)) * e.k
-        trajs, sources = [], []
+        total = sum(len(tasks.ids) for tasks in self.test_sets) * e.k
         with show(f"test mean@{e.k}: {self.harness_label}, model v{version}", total) as advance:
-            for kwargs, set_ids in zip(self.config.eval_sets, ids, strict=True):
-                sources.append(gym.make(self.config.env, **kwargs).unwrapped.source)
-                trajs += run_rollouts(
-                    self.harness,
-                    self.config.env,
-                    self.llm,
-                    set_ids,
-                    env_kwargs=kwargs,
-                    config=rollout,
-                    progress=lambda _t: advance(),
-                )
-        stop_if_interrupted()
-        check_model(trajs, f"the evaluation of model v{version}")
-        summary = summarize(trajs)
+            run = self._scored(self.test_sets, e.k, eval_seed(self.config.seed), lambda _t: advance())
+        check_model(run.trajectories, f"the evaluation of model v{version}")
+        s = run.summary
         result = {
-            k: summary[k]
-            for k in ("mean", "se", "pass_at_k", "tasks", "episodes", "failures", "by_difficulty")
+            k: s[k] for k in ("mean", "se", "pass_at_k", "tasks", "episodes", "failures", "by_difficulty")
         }
-        from whale_train.cli_common import first_errors
-
-        result.update(k=e.k, split=self.config.eval_sets[0]["split"])
-        result["by_data_source"] = by_data_source(sources, summary["per_task"])
-        result["errors"] = first_errors(trajs)  # failures in sight: the first message of each kind
+        result.update(
+            k=e.k,
+            split=self.config.eval_sets[0]["split"],
+            by_data_source=s["by_data_source"],
+            errors=run.errors,  # failures in sight: the first message of each kind
+        )
         if e.select_limit:
             result.update(self._select_score(version))
-        write_jsonl(trajs, traces)
+        run.write_traces(traces)
         return result
 
     def _select_score(self, version: int) -> dict[str, Any]:
         """mean@select_k on the first ``select_limit`` tasks of the harness split (its own sample seed): what
         a selection rule may look at instead of the test split."""
-        e = self.config.eval
-        import gymnasium as gym
+        run = self._scored([self.select_set], self.config.eval.select_k, select_seed(self.config.seed))
+        check_model(run.trajectories, f"the selection score of model v{version}")
+        s = run.summary
+        return {"select_mean": s["mean"], "select_se": s["se"], "select_tasks": s["tasks"]}
 
-        env = gym.make(self.config.env, split="harness", **self.config.env_kwargs).unwrapped
-        trajs = run_rollouts(
+    def _scored(self, task_sets: list[TaskSet], k: int, seed: int, progress=None) -> EvalResult:
+        """The current (model, harness) evaluated on ``task_sets`` at the run's concurrency (a shipped
+        harness in this process); an interrupted evaluation is not kept."""
+        run = evaluate(
             self.harness,
             self.config.env,
             self.llm,
-            env.task_ids[: e.select_limit],
-            env_kwargs={"split": "harness", **self.config.env_kwargs},
-            config=RolloutConfig(
-                k=e.select_k,
-                seed=20_000 + self.config.seed,
-                concurrency=self.config.concurrency,
-                trusted=self.harness.shipped,
-            ),
+            task_sets,
+            k=k,
+            seed=seed,
+            concurrency=self.config.concurrency,
+            trusted=self.harness.shipped,
+            progress=progress,
         )
         stop_if_interrupted()
-        check_model(trajs, f"the selection score of model v{version}")
-        summary = summarize(trajs)
-        return {"select_mean": summary["mean"], "select_se": summary["se"], "select_tasks": summary["tasks"]}
+        return run
 
     # -------------------------------------------------------------- the loop
 
@@ -795,7 +789,7 @@ class Run:
             ) < self.state.rollouts // int(every):
                 self.evaluate()  # this unit crossed a multiple of eval.every rollouts
             self._save_state()
-        list_test_ids(self.dir, self.config)
+        list_test_ids(self.dir, self.config, self.test_sets)
         return self.summary()
 
     def _end_phase(self, decision: ScheduleDecision) -> None:

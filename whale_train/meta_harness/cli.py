@@ -11,6 +11,7 @@ proposer ever reads it). Running the same command again resumes the search where
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from pathlib import Path
@@ -106,6 +107,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from whale_train.cli_common import CLIError, console, load_harness_for, make_env
     from whale_train.cli_common import _load_llm as load_llm
     from whale_train.domains import domain_for
+    from whale_train.evaluation import task_set
     from whale_train.meta_harness.search import HarnessSearch
 
     try:
@@ -164,8 +166,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         "isolation": isolation_label(),
     }
     if args.test_limit:
+        tests = functools.cache(  # the test split's env built once, and only when a score is not stored
+            lambda: task_set(search.env_id, {**search.env_kwargs, "split": "test"}, args.test_limit)
+        )
         results["test"] = {
-            name: test_score(search, cid, out / "test", args.test_limit, args.test_k)
+            name: test_score(search, cid, out / "test", args.test_limit, args.test_k, tests)
             for name, cid in (("seed", search.seed_id), ("incumbent", search.incumbent_id))
         }
         # search-split minus test-split success rate: how much of the search score is fitted to the
@@ -207,33 +212,29 @@ def _brief(rec: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: rec[k] for k in ("mean", "se", "tasks", "rollouts", "calls_per_episode", "tokens_per_episode")}
 
 
-def test_score(search: Any, cid: str, folder: Path, limit: int, k: int) -> dict[str, Any]:
-    """mean@k of candidate ``cid`` on the first ``limit`` tasks of the ``test`` split (measured, not charged).
+def test_score(search: Any, cid: str, folder: Path, limit: int, k: int, tests: Any) -> dict[str, Any]:
+    """mean@k of candidate ``cid`` on the first ``limit`` tasks of the ``test`` split (measured, not
+    charged); ``tests()`` returns them (a ``whale_train.evaluation.TaskSet``), called only when needed.
 
     Stored in ``folder`` (outside the archive) and reused when the same candidate and model version
     were scored before.
     """
-    import gymnasium as gym
-
-    from whale_train.rollout import RolloutConfig, run_rollouts, summarize, write_jsonl
+    from whale_train.evaluation import eval_seed, evaluate
 
     version = int(getattr(search.llm, "version", 0))
     path = folder / f"{cid}-v{version}-n{limit}-k{k}.json"
     if path.exists():
         return json.loads(path.read_text())
-    env = gym.make(search.env_id, split="test", **search.env_kwargs).unwrapped
-    ids = env.task_ids[:limit]
-    config = RolloutConfig(k=k, seed=10_000 + search.config.seed, concurrency=search.config.concurrency)
-    start = time.monotonic()
-    trajs = run_rollouts(
+    run = evaluate(
         search.archive.get(cid).ref(),
         search.env_id,
         search.llm,
-        ids,
-        env_kwargs={**search.env_kwargs, "split": "test"},
-        config=config,
+        [tests()],
+        k=k,
+        seed=eval_seed(search.config.seed),
+        concurrency=search.config.concurrency,
     )
-    s = summarize(trajs)
+    s = run.summary
     result = {
         "candidate": cid,
         "model_version": version,
@@ -242,9 +243,9 @@ def test_score(search: Any, cid: str, folder: Path, limit: int, k: int) -> dict[
         "mean": s["mean"],
         "se": s["se"],
         "failures": s["failures"],
-        "wall_seconds": round(time.monotonic() - start, 1),
+        "wall_seconds": round(run.wall_seconds, 1),
     }
-    write_jsonl(trajs, path.with_suffix(".traces.jsonl"))
+    run.write_traces(path.with_suffix(".traces.jsonl"))
     atomic_write_json(path, result)
     return result
 

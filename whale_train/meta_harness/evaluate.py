@@ -9,7 +9,6 @@ stored in the archive.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,9 +17,10 @@ from harnesses.loader import HarnessRef, harness_from_source
 from harnesses.validate import HarnessValidationError
 from whale_envs.sandbox import IsolationUnavailable
 from whale_train.check import check_harness
+from whale_train.evaluation import EvalResult, TaskSet, evaluate
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.meta_harness.prompt_only import prompt_only_violation
-from whale_train.rollout import EpisodeLimits, RolloutConfig, Trajectory, run_rollouts, summarize
+from whale_train.rollout import EpisodeLimits, RolloutConfig, Trajectory
 
 
 @dataclass
@@ -138,20 +138,22 @@ def score(
     origin: dict[str, Any],
 ) -> tuple[dict[str, Any], list[Trajectory]]:
     """Roll ``ref`` out on ``task_ids`` (``harness`` split); return (eval record, trajectories)."""
-    start = time.monotonic()
-    trajs = run_rollouts(
+    rollout = rollout_config(config)
+    result = evaluate(
         ref,
         env_id,
         llm,
-        task_ids,
-        env_kwargs={**env_kwargs, "split": "harness"},
-        config=rollout_config(config),
+        [TaskSet({**env_kwargs, "split": "harness"}, task_ids)],
+        k=rollout.k,
+        seed=rollout.seed,
+        concurrency=rollout.concurrency,
+        limits=rollout.limits,
     )
-    return eval_record(trajs, origin, time.monotonic() - start), trajs
+    return eval_record(result, origin), result.trajectories
 
 
-def eval_record(trajs: list[Trajectory], origin: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
-    s = summarize(trajs)
+def eval_record(result: EvalResult, origin: dict[str, Any]) -> dict[str, Any]:
+    trajs, s = result.trajectories, result.summary
     episodes = max(1, len(trajs))
     return {
         "model_version": trajs[0].model_version if trajs else 0,
@@ -168,7 +170,7 @@ def eval_record(trajs: list[Trajectory], origin: dict[str, Any], wall_seconds: f
         "calls_per_episode": s["llm_calls"] / episodes,
         "tokens_per_episode": (s["prompt_tokens"] + s["completion_tokens"]) / episodes,
         "stats": trace_stats(trajs),
-        "wall_seconds": round(wall_seconds, 2),
+        "wall_seconds": round(result.wall_seconds, 2),
     }
 
 

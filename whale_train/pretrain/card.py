@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,15 +32,13 @@ def calibrate(
 
     Every domain's h0 runs first, then the other harnesses; ``on_result(name, result)`` sees each result
     as it comes. The returned dict is in ``EVAL_HARNESSES`` order."""
-    import gymnasium as gym
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from harnesses.loader import load_harness
+    from whale_train.evaluation import evaluate, task_set
     from whale_train.llm import load_llm
-    from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts, summarize
 
     llm = load_llm("transformers", str(model_dir))
-    rollout = RolloutConfig(k=config.eval_k, seed=0, concurrency=128, trusted=True, limits=EpisodeLimits())
     count = max(map(len, EVAL_HARNESSES.values())) if config.eval_harnesses == "all" else 1
     plan = [
         (d, EVAL_HARNESSES[d][i])
@@ -49,28 +46,31 @@ def calibrate(
         for d in config.domain_list()
         if i < len(EVAL_HARNESSES[d])
     ]
+    tests = {
+        d: task_set(EVAL_ENVS[d], {"split": "test"}, config.eval_tasks)
+        for d in dict.fromkeys(d for d, _ in plan)
+    }
     results: dict[str, dict[str, Any]] = {}
     for domain, name in plan:
-        env_id = EVAL_ENVS[domain]
-        env = gym.make(env_id, split="test").unwrapped
-        ids = env.task_ids[: config.eval_tasks]
+        env_id, tasks = EVAL_ENVS[domain], tests[domain]
         columns = (TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console) as bar:
-            job = bar.add_task(name, total=len(ids) * config.eval_k)
-            start = time.monotonic()
-            trajs = run_rollouts(
+            job = bar.add_task(name, total=len(tasks.ids) * config.eval_k)
+            run = evaluate(  # as whale eval --seed 0 --concurrency 128 --trusted
                 load_harness(name),
                 env_id,
                 llm,
-                ids,
-                env_kwargs={"split": "test"},
-                config=rollout,
+                [tasks],
+                k=config.eval_k,
+                seed=0,
+                concurrency=128,
+                trusted=True,
                 progress=lambda _t, bar=bar, job=job: bar.advance(job),
             )
-        s = summarize(trajs)
+        s = run.summary
         results[name] = {
             "env": env_id,
-            "tasks_source": env.source.name,
+            "tasks_source": tasks.source.name,
             "tasks": s["tasks"],
             "k": s["k"],
             "mean": round(s["mean"], 4),
@@ -78,7 +78,7 @@ def calibrate(
             "pass_at_k": round(s["pass_at_k"], 4),
             "by_difficulty": {d: round(v["mean"], 4) for d, v in s["by_difficulty"].items()},
             "failures": s["failures"],
-            "wall_seconds": round(time.monotonic() - start, 1),
+            "wall_seconds": round(run.wall_seconds, 1),
         }
         if console is not None:
             console.print(
