@@ -179,17 +179,21 @@ def cmd_train(args) -> int:
             console.print(
                 f"[red]error:[/] {exc} (the run stopped; --resume continues it once the model works)",
                 highlight=False,
+                soft_wrap=True,  # one line, whatever the terminal's width
             )
             return 1
         except WeightSyncError as exc:  # a push to vllm serve replicas failed; the line says what to do
             from rich.markup import escape
 
-            console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+            console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             return 1
         except distributed.RankLost as exc:  # a training rank died: `--resume` continues from the last unit
             from rich.markup import escape
 
-            console.print(f"[red]error:[/] {escape(str(exc))}; `whale train --out {out} --resume` continues")
+            console.print(
+                f"[red]error:[/] {escape(str(exc))}; `whale train --out {out} --resume` continues",
+                soft_wrap=True,
+            )
             return 1
     finally:
         if distributed.world()[1] > 1:

@@ -21,6 +21,7 @@ VLLM_ONLY = {
     "continuous",
     "tensor_parallel_size",
     "enforce_eager",
+    "push_check",
 }
 
 #: Where the shipped tiny model lives (``whale pretrain`` writes it; see docs/MODEL_CARD.md).
