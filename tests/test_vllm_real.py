@@ -445,16 +445,13 @@ def wait_for_server(proc: subprocess.Popen, url: str, deadline: float) -> None:
             time.sleep(1)
 
 
-@pytest.fixture(scope="module")
-def server(model_dir):
-    port = free_port()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-           "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def serve(cmd: list[str], port: int, start_s: float, env: dict | None = None):
+    """For a fixture to ``yield from``: runs ``cmd`` (a vLLM OpenAI server on ``port``), yields its base
+    URL once it answers (within ``start_s`` seconds), and stops it afterwards."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for_server(proc, url, time.monotonic() + 240)
+        wait_for_server(proc, url, time.monotonic() + start_s)
     except RuntimeError:
         proc.kill()
         raise
@@ -464,6 +461,15 @@ def server(model_dir):
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    port = free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+           "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
+           "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager"]  # fmt: skip
+    yield from serve(cmd, port, start_s=240)
 
 
 def test_the_openai_backend_against_vllms_server_samples_and_scores_what_transformers_does(server, model_dir):

@@ -15,12 +15,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.test_vllm_real import free_port, vllm_installed, wait_for_server  # noqa: F401 (autouse fixture)
+from tests.test_vllm_real import free_port, serve, vllm_installed  # noqa: F401 (autouse fixture)
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.llm.base import Request, SamplingParams
 
@@ -46,19 +45,7 @@ def served():
     port = free_port()
     cmd = [str(BIN / "vllm"), "serve", SHIPPED_MODEL, "--served-model-name", "tiny",
            "--host", "127.0.0.1", "--port", str(port), *PARITY_FLAGS]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_server(proc, url, time.monotonic() + 420)  # minutes on a busy 2-core machine
-    except RuntimeError:
-        proc.kill()
-        raise
-    yield url + "/v1"
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    yield from serve(cmd, port, start_s=420, env=ENV)  # minutes on a busy 2-core machine
 
 
 def test_vllm_serve_samples_the_greedy_tokens_transformers_samples_in_process(served):
