@@ -234,3 +234,12 @@ def test_a_trusted_child_on_another_machine_gets_the_same_splits(monkeypatch, tm
     assert splits.fingerprint() != driver  # the other node's own secret: other splits
     monkeypatch.setenv(splits.SECRET_ENV, env[splits.SECRET_ENV])
     assert splits.fingerprint() == driver
+
+
+def test_the_old_public_rule_comes_back_only_when_asked(monkeypatch):
+    """Runs made before splits were keyed reproduce with WHALE_SPLIT_SECRET=:public: (the SHA-256 rule)."""
+    ids = [f"task-{i}" for i in range(300)]
+    monkeypatch.setenv(splits.SECRET_ENV, splits.PUBLIC)
+    assert [splits.split_of(i) for i in ids] == [splits.public_split_of(i) for i in ids]
+    monkeypatch.setenv(splits.SECRET_ENV, "whale-tests")
+    assert [splits.split_of(i) for i in ids] != [splits.public_split_of(i) for i in ids]

@@ -19,6 +19,8 @@ for the user after the run.
 
 The same secret gives the same splits in every run and every method of a comparison (paired comparisons
 still pair); tests and ``make demo`` pin ``WHALE_SPLIT_SECRET`` so their numbers reproduce anywhere.
+``WHALE_SPLIT_SECRET=:public:`` brings back the old unkeyed rule, to reproduce a run made before splits
+were keyed (it makes the split visible: never for a new score).
 
 ``public_split_of`` is the old unkeyed rule (a SHA-256 of the text). It decides no run's split; it is
 kept for building a corpus before any run exists (the shipped tiny model's pretraining data).
@@ -39,6 +41,9 @@ SPLIT_NAMES = (*SPLITS, "all")
 
 #: The environment variable that pins the split secret (any non-empty text).
 SECRET_ENV = "WHALE_SPLIT_SECRET"
+#: The value of ``WHALE_SPLIT_SECRET`` that brings back the unkeyed rule of runs made before splits were
+#: keyed (a SHA-256 of the id), to reproduce them. It makes every split visible: never for a new score.
+PUBLIC = ":public:"
 
 
 class SplitSecretError(RuntimeError):
@@ -83,6 +88,8 @@ def secret_for_children() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=8)
 def _key(pinned: str, path: str) -> bytes:
+    if pinned == PUBLIC:
+        return b""  # the unkeyed rule (see _keyed_split)
     secret = pinned.encode("utf-8") if pinned else _file_secret(Path(path))
     return hmac.new(secret, b"whale split key v1", hashlib.sha256).digest()
 
@@ -113,6 +120,8 @@ def _bucket(digest: bytes) -> str:
 
 @functools.lru_cache(maxsize=1 << 20)
 def _keyed_split(key: bytes, text: str) -> str:
+    if not key:  # WHALE_SPLIT_SECRET=:public:
+        return public_split_of(text)
     return _bucket(hmac.new(key, text.encode("utf-8"), hashlib.sha256).digest())
 
 
