@@ -11,29 +11,19 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import threading
-import urllib.request
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.test_paper_retrieval import PASSAGES, post, serve, write_corpus
 from whale_envs.search.dense import DenseIndex, DenseIndexError, Encoder, build_index, encoder_config
-from whale_envs.search.server import RetrievalServer
 
 sentence_transformers = pytest.importorskip(
     "sentence_transformers", reason="sentence-transformers is in the dev extra"
 )
 
-PASSAGES = [
-    ("0", "Paris", "Paris is the capital and largest city of France, on the river Seine."),
-    ("1", "The Hobbit", "The Hobbit is a novel by J. R. R. Tolkien, published in 1937."),
-    ("2", "Lyon", "Lyon was founded by Lucius Munatius Plancus as a Roman colony."),
-    ("3", "Seine", "The Seine is a river in northern France that flows through Paris."),
-    ("4", "Tolkien", "John Ronald Reuel Tolkien wrote The Hobbit and The Lord of the Rings."),
-    ("5", "Berlin", "Berlin is the capital of Germany, on the river Spree."),
-]
 QUERIES = ["capital of France", "who wrote the hobbit", "a river through paris and the seine"]
 TEXTS = [f'"{t}"\n{x}' for _, t, x in PASSAGES]
 LEGACY = {  # the Pooling config as sentence-transformers 2.x wrote it (all-MiniLM-L6-v2's style)
@@ -107,24 +97,9 @@ def st_folder(
     return out
 
 
-def corpus_file(tmp_path: Path) -> Path:
-    path = tmp_path / "wiki.jsonl"
-    path.write_text("".join(json.dumps({"id": i, "contents": f'"{t}"\n{x}'}) + "\n" for i, t, x in PASSAGES))
-    return path
-
-
-def post(url: str, payload: dict) -> dict:
-    request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
-
-
 def served_scores(backend, queries: list[str], k: int) -> tuple[list[list[str]], list[list[float]]]:
     """(ids, scores) per query, as the HTTP server answers them."""
-    server = RetrievalServer(backend, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(backend)
     try:
         reply = post(server.url, {"queries": queries, "topk": k, "return_scores": True})
     finally:
@@ -170,7 +145,7 @@ def test_built_and_served_embeddings_are_sentence_transformers_own(case, bert_di
 
     pooling, normalize, prompts, prefixes = CASES[case]
     folder = st_folder(bert_dir, tmp_path / "encoder", pooling, normalize=normalize, prompts=prompts)
-    corpus = corpus_file(tmp_path)
+    corpus = write_corpus(tmp_path)
     out = tmp_path / "index"
     args = ["retriever", "build", "--corpus", str(corpus), "--encoder", str(folder), "--out", str(out)]
     assert main(args) == 0
@@ -224,7 +199,7 @@ def test_unsupported_modules_are_refused_in_one_line(pooling, extra, named, bert
         "retriever",
         "build",
         "--corpus",
-        str(corpus_file(tmp_path)),
+        str(write_corpus(tmp_path)),
         "--encoder",
         str(folder),
         "--out",
@@ -262,7 +237,7 @@ def test_prefix_flags_are_recorded_and_the_server_uses_the_recorded_ones(bert_di
     folder = st_folder(
         bert_dir, tmp_path / "encoder", LEGACY["mean"], prompts={"query": "q: ", "document": "p: "}
     )
-    corpus = corpus_file(tmp_path)
+    corpus = write_corpus(tmp_path)
     base = ["retriever", "build", "--corpus", str(corpus), "--encoder", str(folder)]
     assert (
         main([*base, "--out", str(tmp_path / "a"), "--query-prefix", "query: ", "--passage-prefix", ""]) == 0

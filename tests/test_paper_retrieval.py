@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -32,12 +33,17 @@ PASSAGES = [
 ]
 
 
-@pytest.fixture
-def corpus_file(tmp_path):
-    path = tmp_path / "wiki.jsonl"
-    rows = [{"id": i, "contents": f'"{t}"\n{x}'} for i, t, x in PASSAGES]  # Search-R1's corpus format
+def write_corpus(folder: Path) -> Path:
+    """PASSAGES in Search-R1's corpus format: ``folder``/wiki.jsonl."""
+    path = folder / "wiki.jsonl"
+    rows = [{"id": i, "contents": f'"{t}"\n{x}'} for i, t, x in PASSAGES]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return path
+
+
+@pytest.fixture
+def corpus_file(tmp_path):
+    return write_corpus(tmp_path)
 
 
 @pytest.fixture
@@ -58,7 +64,7 @@ def post(url, payload):
     request = urllib.request.Request(
         url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
 
 
@@ -290,41 +296,19 @@ def test_cli_build_then_serve_backend(encoder_dir, corpus_file, tmp_path):
     from whale_train.retriever_cli import make_backend
 
     out = tmp_path / "cli-idx"
-    assert (
-        main(
-            [
-                "retriever",
-                "build",
-                "--corpus",
-                str(corpus_file),
-                "--encoder",
-                str(encoder_dir),
-                "--out",
-                str(out),
-            ]
+
+    def build(encoder) -> int:
+        return main(
+            ["retriever", "build", "--corpus", str(corpus_file), "--encoder", str(encoder), "--out", str(out)]
         )
-        == 0
-    )
+
+    assert build(encoder_dir) == 0
     backend = make_backend(str(corpus_file), str(out))
     assert backend.name == "dense" and len(backend.search_batch(["paris"], 2)[0]) == 2
     meta = json.loads((out / "meta.json").read_text())
     assert (meta["query_prefix"], meta["passage_prefix"]) == ("query: ", "passage: ")
     assert (meta["pooling"], meta["normalize"]) == ("mean", True)
-    assert (
-        main(
-            [
-                "retriever",
-                "build",
-                "--corpus",
-                str(corpus_file),
-                "--encoder",
-                str(tmp_path),
-                "--out",
-                str(out),
-            ]
-        )
-        == 2
-    )
+    assert build(tmp_path) == 2
 
 
 def test_whale_retriever_serve_command_answers(corpus_file, tmp_path):
