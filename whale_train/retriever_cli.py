@@ -32,6 +32,46 @@ SERVER_LIMITS = {
 }
 
 
+# `whale retriever serve`'s limits: (flag, key in SERVER_LIMITS, type, help with its {default}).
+LIMIT_FLAGS = [
+    ("--max-body", "max_body", int, "request body bytes (default {default})"),
+    (
+        "--max-queries",
+        "max_queries",
+        int,
+        "queries in one request (default {default}; Search-R1 sends a rollout batch at once)",
+    ),
+    ("--max-topk", "max_topk", int, "passages per query (default {default})"),
+    ("--max-hits", "max_hits", int, "queries x topk in one request (default {default})"),
+    ("--max-reply-bytes", "max_reply_bytes", int, "bytes of one reply (default {default}, 16 MiB)"),
+    (
+        "--head-timeout",
+        "head_timeout",
+        float,
+        "seconds for a request line and headers to arrive; also closes idle keep-alive connections "
+        "(default {default:g})",
+    ),
+    (
+        "--body-timeout",
+        "body_timeout",
+        float,
+        "seconds for a request body to arrive and for a reply to be sent (default {default:g})",
+    ),
+    (
+        "--max-connections",
+        "max_connections",
+        int,
+        "connections served at once, one thread each (default {default})",
+    ),
+    (
+        "--queue-wait",
+        "queue_wait_s",
+        float,
+        "seconds a connection over --max-connections waits for a slot before a 503 (default {default:g})",
+    ),
+]
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "retriever",
@@ -90,60 +130,12 @@ def add_parser(subparsers) -> None:
     s.add_argument("--max-batch", type=int, default=64, help="queries per backend call across requests")
     s.add_argument("--nprobe", type=int, default=None, help="IVF lists visited per query (recall vs speed)")
     s.add_argument("--device", default="cpu", help="torch device of the query encoder")
-    d = argparse.Namespace(**SERVER_LIMITS)
     limits = s.add_argument_group(
         "limits", "what one client may cost the server; a request over a cap gets a one-line 4xx error"
     )
-    limits.add_argument(
-        "--max-body", type=int, default=d.max_body, help=f"request body bytes (default {d.max_body})"
-    )
-    limits.add_argument(
-        "--max-queries",
-        type=int,
-        default=d.max_queries,
-        help=f"queries in one request (default {d.max_queries}; Search-R1 sends a rollout batch at once)",
-    )
-    limits.add_argument(
-        "--max-topk", type=int, default=d.max_topk, help=f"passages per query (default {d.max_topk})"
-    )
-    limits.add_argument(
-        "--max-hits",
-        type=int,
-        default=d.max_hits,
-        help=f"queries x topk in one request (default {d.max_hits})",
-    )
-    limits.add_argument(
-        "--max-reply-bytes",
-        type=int,
-        default=d.max_reply_bytes,
-        help=f"bytes of one reply (default {d.max_reply_bytes}, 16 MiB)",
-    )
-    limits.add_argument(
-        "--head-timeout",
-        type=float,
-        default=d.head_timeout,
-        help=f"seconds for a request line and headers to arrive; also closes idle keep-alive "
-        f"connections (default {d.head_timeout:g})",
-    )
-    limits.add_argument(
-        "--body-timeout",
-        type=float,
-        default=d.body_timeout,
-        help=f"seconds for a request body to arrive and for a reply to be sent (default {d.body_timeout:g})",
-    )
-    limits.add_argument(
-        "--max-connections",
-        type=int,
-        default=d.max_connections,
-        help=f"connections served at once, one thread each (default {d.max_connections})",
-    )
-    limits.add_argument(
-        "--queue-wait",
-        type=float,
-        default=d.queue_wait_s,
-        help=f"seconds a connection over --max-connections waits for a slot before a 503 "
-        f"(default {d.queue_wait_s:g})",
-    )
+    for flag, key, kind, text in LIMIT_FLAGS:
+        default = SERVER_LIMITS[key]
+        limits.add_argument(flag, type=kind, default=default, help=text.format(default=default))
     s.add_argument(
         "--log-every",
         type=float,
