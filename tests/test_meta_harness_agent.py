@@ -35,6 +35,32 @@ PARSER = (
 )
 
 
+def check_anthropic_turns(messages: list[dict], results: dict[str, str]) -> str | None:
+    """What Anthropic's Messages API refuses in a conversation (its error message), else None: roles out of
+    turn, or a user message that does not open with a tool_result block for each tool_use of the message
+    before it. The tool results, as text, are kept in ``results`` by tool_use id."""
+    pending: set[str] = set()
+    for i, m in enumerate(messages):
+        if m["role"] != ("user" if i % 2 == 0 else "assistant"):
+            return "roles must alternate between user and assistant, starting with user"
+        blocks = m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
+        if m["role"] == "user":
+            got = [b for b in blocks if b["type"] == "tool_result"]
+            if {b["tool_use_id"] for b in got} != pending:
+                return "tool_use ids were found without tool_result blocks immediately after"
+            if blocks[: len(got)] != got:
+                return "tool_result blocks must come first in the user message"
+            for b in got:
+                c = b.get("content")
+                results[b["tool_use_id"]] = (
+                    c if isinstance(c, str) else "".join(x.get("text", "") for x in c or [])
+                )
+            pending = set()
+        else:
+            pending = {b["id"] for b in blocks if b["type"] == "tool_use"}
+    return None
+
+
 class AgentServer:
     """A scripted chat server. ``api``: ``openai`` (POST /v1/chat/completions) or ``anthropic`` (POST
     /v1/messages). Each request gets the next scripted turn: a list of (tool name, arguments) calls, or
@@ -148,26 +174,7 @@ class AgentServer:
         for t in body.get("tools") or []:
             if set(t) != {"name", "description", "input_schema"}:
                 return f"tools: unexpected fields {sorted(t)}"
-        msgs = body.get("messages") or []
-        pending: set[str] = set()
-        for i, m in enumerate(msgs):
-            if m["role"] != ("user" if i % 2 == 0 else "assistant"):
-                return "roles must alternate between user and assistant, starting with user"
-            blocks = (
-                m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
-            )
-            if m["role"] == "user":
-                got = [b for b in blocks if b["type"] == "tool_result"]
-                if {b["tool_use_id"] for b in got} != pending:
-                    return "tool_use ids were found without tool_result blocks immediately after"
-                if blocks[: len(got)] != got:
-                    return "tool_result blocks must come first in the user message"
-                for b in got:
-                    self.results[b["tool_use_id"]] = b["content"]
-                pending = set()
-            else:
-                pending = {b["id"] for b in blocks if b["type"] == "tool_use"}
-        return None
+        return check_anthropic_turns(body.get("messages") or [], self.results)
 
     def result(self, n: int, i: int = 0) -> str:
         """What the client answered to call ``i`` of scripted turn ``n`` (1-based)."""

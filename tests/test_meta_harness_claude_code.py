@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_meta_harness import MATH, tool_shy_math_model
+from tests.test_meta_harness_agent import check_anthropic_turns
 from whale_train.meta_harness import claude_code
 from whale_train.meta_harness.lineage import lineage_report
 
@@ -153,25 +154,7 @@ class MessagesServer:
             return "x-api-key and anthropic-version headers are required"
         if not isinstance(body.get("max_tokens"), int) or not body.get("model"):
             return "model and max_tokens are required"
-        pending: set[str] = set()
-        for i, m in enumerate(body.get("messages") or []):
-            if m["role"] != ("user" if i % 2 == 0 else "assistant"):
-                return "roles must alternate between user and assistant, starting with user"
-            blocks = (
-                m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
-            )
-            if m["role"] == "user":
-                got = [b for b in blocks if b["type"] == "tool_result"]
-                if {b["tool_use_id"] for b in got} != pending:
-                    return "tool_use ids were found without tool_result blocks immediately after"
-                for b in got:
-                    c = b.get("content")
-                    text = c if isinstance(c, str) else "".join(x.get("text", "") for x in c or [])
-                    self.results[b["tool_use_id"]] = text
-                pending = set()
-            else:
-                pending = {b["id"] for b in blocks if b["type"] == "tool_use"}
-        return None
+        return check_anthropic_turns(body.get("messages") or [], self.results)
 
     def result(self, n: int, i: int) -> str:
         """What the CLI answered to tool_use ``i`` of the ``n``-th answered request (1-based)."""
