@@ -35,9 +35,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from harnesses import base as harness_base
 from harnesses.loader import harness_from_source
-from harnesses.validate import ALLOWED_MODULES, HarnessValidationError
+from harnesses.validate import HarnessValidationError
 from whale_envs.sandbox import IsolationUnavailable
 from whale_train.domains import domain_for
 from whale_train.meta_harness import evaluate
@@ -45,6 +44,7 @@ from whale_train.meta_harness.archive import SEARCH_DIR, atomic_write_text, publ
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.meta_harness.jail import JailLimits, ProposerJail
 from whale_train.meta_harness.llm_api import ChatAPI, Conversation, ToolCall, ToolSpec, make_api
+from whale_train.meta_harness.llm_proposer import harness_facts
 from whale_train.meta_harness.proposer import Proposal, ProposalContext, ProposerError
 from whale_train.meta_harness.tools import ArchiveTools, ToolError
 from whale_train.rollout import run_rollouts
@@ -235,25 +235,14 @@ class AgentProposer:
 
     def skill(self, ctx: ProposalContext, try_budget: int) -> str:
         """The instructions for one iteration, from the env's domain."""
-        domain = domain_for(ctx.env_id)
-        shipped = (
-            f", and the shipped harnesses (e.g. `from harnesses.{domain.harness_dir}.h0 import ...`)"
-            if domain.harness_dir
-            else " (the seed harness is not importable: copy what you need of its code)"
-        )
         return SKILL.format(
-            env_id=ctx.env_id,
-            version=ctx.model_version,
+            **harness_facts(ctx),
             run_s=self.jail_limits.wall_s,
             memory_mb=self.jail_limits.memory_mb,
             try_tasks=self.check.agent.try_tasks,
             try_budget=try_budget,
             prompt_only=PROMPT_ONLY.format(seed_id=ctx.seed_id) if ctx.prompt_only else "",
-            contract=harness_base.__doc__,
-            imports=", ".join(sorted(m for m in ALLOWED_MODULES if m != "__future__")),
-            shipped=shipped,
-            actions=domain.actions or "(see the seed harness)",
-            info=domain.describe_info(),
+            actions=domain_for(ctx.env_id).actions or "(see the seed harness)",
         )
 
 

@@ -98,7 +98,7 @@ def _arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     return value, None
 
 
-class _HTTPChat:
+class HTTPChat:
     """What both APIs are configured with: the server, the model, the key and the request settings."""
 
     def __init__(
@@ -120,8 +120,22 @@ class _HTTPChat:
         self.timeout = timeout
         self.retries = retries
 
+    def post(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
+        """``body`` POSTed to ``base_url + path`` with these settings: the decoded answer (ProposerError
+        when it fails). The key goes as a bearer token unless ``headers`` carry it."""
+        return post_json(
+            self.base_url,
+            path,
+            body,
+            api_key=self.api_key if headers is None else "",
+            timeout=self.timeout,
+            retries=self.retries,
+            error=ProposerError,
+            headers=headers,
+        )
 
-class OpenAIChat(_HTTPChat):
+
+class OpenAIChat(HTTPChat):
     """The OpenAI-compatible chat API (``base_url`` ends in ``/v1``)."""
 
     name = "openai"
@@ -152,15 +166,7 @@ class OpenAIChat(_HTTPChat):
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
         }
-        answer = post_json(
-            self.base_url,
-            "/chat/completions",
-            body,
-            api_key=self.api_key,
-            timeout=self.timeout,
-            retries=self.retries,
-            error=ProposerError,
-        )
+        answer = self.post("/chat/completions", body)
         choices = answer.get("choices") or []
         if not choices or not isinstance(choices[0], dict):
             raise ProposerError(f"/chat/completions: no choices in the answer of {self.base_url}")
@@ -184,7 +190,7 @@ class OpenAIChat(_HTTPChat):
         )
 
 
-class AnthropicChat(_HTTPChat):
+class AnthropicChat(HTTPChat):
     """Anthropic's Messages API (``base_url`` without ``/v1``, e.g. ``https://api.anthropic.com``)."""
 
     name = "anthropic"
@@ -230,15 +236,7 @@ class AnthropicChat(_HTTPChat):
         headers = {"anthropic-version": ANTHROPIC_VERSION}
         if self.api_key:
             headers["x-api-key"] = self.api_key
-        answer = post_json(
-            self.base_url,
-            "/v1/messages",
-            body,
-            timeout=self.timeout,
-            retries=self.retries,
-            error=ProposerError,
-            headers=headers,
-        )
+        answer = self.post("/v1/messages", body, headers=headers)
         content = answer.get("content")
         if not isinstance(content, list):
             raise ProposerError(f"/v1/messages: no content in the answer of {self.base_url}")

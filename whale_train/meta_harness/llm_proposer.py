@@ -21,9 +21,9 @@ from typing import Any
 from harnesses import base as harness_base
 from harnesses.validate import ALLOWED_MODULES
 from whale_train.domains import domain_for
-from whale_train.llm.http import post_json
 from whale_train.meta_harness import evaluate
 from whale_train.meta_harness.config import MetaHarnessConfig
+from whale_train.meta_harness.llm_api import HTTPChat
 from whale_train.meta_harness.proposer import Proposal, ProposalContext, ProposerError
 from whale_train.meta_harness.tools import ArchiveTools, ToolError
 
@@ -120,7 +120,26 @@ TOOLS = [
 _FENCED = re.compile(r"```(?:python)?\n(.*?)```", re.S)
 
 
-class LLMProposer:
+def harness_facts(ctx: ProposalContext) -> dict[str, str]:
+    """What both proposers' instructions say of the env and of a harness: ``env_id``, ``version``,
+    ``contract``, ``imports`` (allowed), ``shipped`` (the harnesses it may import) and ``info``."""
+    domain = domain_for(ctx.env_id)
+    shipped = (
+        f", and the shipped harnesses (e.g. `from harnesses.{domain.harness_dir}.h0 import ...`)"
+        if domain.harness_dir
+        else " (the seed harness is not importable: copy what you need of its code)"
+    )
+    return {
+        "env_id": ctx.env_id,
+        "version": ctx.model_version,
+        "contract": harness_base.__doc__,
+        "imports": ", ".join(sorted(m for m in ALLOWED_MODULES if m != "__future__")),
+        "shipped": shipped,
+        "info": domain.describe_info(),
+    }
+
+
+class LLMProposer(HTTPChat):
     """Proposes through an OpenAI-compatible ``/chat/completions`` endpoint with tool calls.
 
     Args:
@@ -153,13 +172,9 @@ class LLMProposer:
         check: MetaHarnessConfig | None = None,
         env_kwargs: dict[str, Any] | None = None,
     ):
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.api_key = api_key if api_key is not None else os.environ.get(api_key_env, "")
+        api_key = api_key if api_key is not None else os.environ.get(api_key_env, "")
+        super().__init__(base_url, model, api_key, temperature=temperature, timeout=timeout, retries=retries)
         self.max_turns = max_turns
-        self.temperature = temperature
-        self.timeout = timeout
-        self.retries = retries
         self.price_prompt = price_prompt
         self.price_completion = price_completion
         self.check = check or MetaHarnessConfig()
@@ -293,21 +308,8 @@ class LLMProposer:
     # ------------------------------------------------------------------ prompts
 
     def _system(self, ctx: ProposalContext) -> str:
-        domain = domain_for(ctx.env_id)
-        shipped = (
-            f", and the shipped harnesses (e.g. `from harnesses.{domain.harness_dir}.h0 import ...`)"
-            if domain.harness_dir
-            else " (the seed harness is not importable: copy what you need of its code)"
-        )
-        return SYSTEM.format(
-            env_id=ctx.env_id,
-            version=ctx.model_version,
-            prompt_only=PROMPT_ONLY.format(seed_id=ctx.seed_id) if ctx.prompt_only else "",
-            contract=harness_base.__doc__,
-            imports=", ".join(sorted(m for m in ALLOWED_MODULES if m != "__future__")),
-            shipped=shipped,
-            info=domain.describe_info(),
-        )
+        prompt_only = PROMPT_ONLY.format(seed_id=ctx.seed_id) if ctx.prompt_only else ""
+        return SYSTEM.format(**harness_facts(ctx), prompt_only=prompt_only)
 
     def _task(self, ctx: ProposalContext) -> str:
         return ctx.standing() + f"\nPropose {len(ctx.slots)} candidate(s), each a different mechanism."
@@ -316,15 +318,7 @@ class LLMProposer:
 
     def _chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         body = {"model": self.model, "messages": messages, "tools": TOOLS, "temperature": self.temperature}
-        return post_json(
-            self.base_url,
-            "/chat/completions",
-            body,
-            api_key=self.api_key,
-            timeout=self.timeout,
-            retries=self.retries,
-            error=ProposerError,
-        )
+        return self.post("/chat/completions", body)
 
 
 class _Usage:
