@@ -37,12 +37,28 @@ def repo_paths(text: str) -> set[str]:
     return {w for w in links + words if w.startswith(TOP) and not PLACEHOLDER.search(w)}
 
 
+def archived_names() -> set[str]:
+    """Every path inside ``benchmarks/results.tar.xz`` (the run records ``make results`` unpacks), its
+    folders included, as the docs name them (``benchmarks/results/...``)."""
+    import tarfile
+
+    names: set[str] = set()
+    with tarfile.open(ROOT / "benchmarks" / "results.tar.xz", "r:xz") as tar:
+        for name in tar.getnames():
+            parts = name.split("/")
+            names.update("benchmarks/results/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return names
+
+
 @pytest.mark.parametrize("doc", sorted(DOCS), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_path_named_in_the_docs_exists(doc):
     base = doc.parent
     missing = []
+    archived = archived_names()  # a fresh clone has them only in the archive
     for path in sorted(repo_paths(DOCS[doc])):
         file, _, test = path.partition("::")  # a pytest node id: the file, and the test defined in it
+        if not test and file.rstrip("/") in archived:
+            continue
         found = next((f for f in (ROOT / file, base / file) if f.exists()), None)
         if found is None or (test and f"def {test.split('[')[0]}(" not in found.read_text()):
             missing.append(path)
