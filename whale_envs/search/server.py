@@ -428,14 +428,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
+        log = self.server.request_log
+        if log is not None and self._started is not None:  # before the body goes: a client that has its
+            # answer finds its request counted
+            path = self.path if len(self.path) <= 64 else self.path[:64] + "..."
+            log.record(self.client_address[0], path, code, self._queries, time.monotonic() - self._started)
         try:
             self.wfile.write(data)
         except OSError:
             self.close_connection = True
-        log = self.server.request_log
-        if log is not None and self._started is not None:
-            path = self.path if len(self.path) <= 64 else self.path[:64] + "..."
-            log.record(self.client_address[0], path, code, self._queries, time.monotonic() - self._started)
 
     def _content_length(self) -> int | None:
         """The body's length, or None after answering 400/411/413 (nothing of the body read)."""
