@@ -75,8 +75,10 @@ def test_hard_coded_answers_of_the_scored_tasks_are_caught_on_a_sample_of_those_
         "        env.step('answer: ' + TABLE.get(info['question'], text.strip() or '0'))\n"
     )
     ref = harness_from_source(source)
-    assert check_harness(ref, ENV, env_kwargs=KWARGS, n_tasks=8).ok  # train tasks only: missed
-    report = check_harness(ref, ENV, env_kwargs=KWARGS, n_tasks=8, score_tasks=scored)
+    # 16 tasks, half of them scored: at this family's chance level (about 0.125) 8 of 8 scored tasks solved
+    # is far past the solver bound; 4 of 8 (n_tasks=8) was not, on the keyed split's draw
+    assert check_harness(ref, ENV, env_kwargs=KWARGS, n_tasks=16).ok  # train tasks only: missed
+    report = check_harness(ref, ENV, env_kwargs=KWARGS, n_tasks=16, score_tasks=scored)
     assert any(p.startswith("solver:") for p in report.problems), str(report)
 
 
