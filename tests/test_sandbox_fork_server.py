@@ -68,13 +68,13 @@ def test_the_server_runs_no_code_and_survives_what_the_code_does():
     assert sandbox._SERVER.proc.pid == server and sandbox._SERVER.proc.poll() is None
     with open(f"/proc/{server}/cmdline", "rb") as fh:
         assert b"--fork-server" in fh.read()
-    # after the calls only the one child forked in advance and the pooled sandboxes (each waiting for
-    # its code) are left running: no supervisor lingers (those done are reaped at the server's next call)
-    left = 1 + sandbox.pool_size()
+    # after the calls only the pooled sandboxes (each waiting for its code, in every pool earlier tests
+    # left) and at most the one child forked in advance are running: no supervisor lingers (those done
+    # are reaped at the server's next call)
     deadline = time.monotonic() + 5
-    while len(running_children(server)) != left and time.monotonic() < deadline:
+    while len(running_children(server)) > 1 + sandbox.pooled_now() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(running_children(server)) == left
+    assert len(running_children(server)) <= 1 + sandbox.pooled_now()
 
 
 def test_a_background_process_is_gone_when_the_call_returns():
@@ -350,12 +350,12 @@ def test_a_pooled_sandbox_runs_one_program_and_ends():
 
 def test_the_pool_refills_in_the_background():
     pool = _warm()
-    taken = set(map(id, pool.calls))
+    taken = list(pool.calls)  # kept alive: an id() of a freed object can come back for a new one
     for i in range(2 * sandbox.pool_size()):
         assert run_python(f"print({i})", JAILED).stdout == f"{i}\n"
         # refilled when the call is done, by a thread of its own (not while the code runs)
         assert sandbox.pool_ready(JAILED, timeout=30) == sandbox.pool_size() == len(pool.calls)
-    assert not taken & set(map(id, pool.calls))  # every one was used once and replaced
+    assert not any(c is t for c in pool.calls for t in taken)  # every one was used once and replaced
     assert sandbox.pool_ready(JAILED, timeout=30) == sandbox.pool_size()
 
 

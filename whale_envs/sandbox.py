@@ -1106,6 +1106,13 @@ def warm_pool(limits: Limits) -> None:
     pool.fill()
 
 
+def pooled_now() -> int:
+    """Pooled sandboxes started or being started now, over every pool: children of the fork server that
+    belong to no call yet (a check of the server's children counts them beside its spare child)."""
+    with _POOL_LOCK:
+        return sum(len(pool.calls) + pool.starting for pool in _POOLS.values())
+
+
 def pool_uids() -> set[int]:
     """The jail uids of the pooled sandboxes now waiting for their code (as root; each has its own).
     Their interpreters look like any call's (``python -S -B -u main.py``) but belong to no call yet:
