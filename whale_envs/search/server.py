@@ -420,6 +420,11 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> None:
         if data is None:
             data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        log = self.server.request_log
+        if log is not None and self._started is not None:  # before anything goes out: a client that has
+            # its answer (even only the status line of an error) finds its request counted
+            path = self.path if len(self.path) <= 64 else self.path[:64] + "..."
+            log.record(self.client_address[0], path, code, self._queries, time.monotonic() - self._started)
         self.connection.settimeout(self.server.limits.body_timeout)  # a client that never reads its reply
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -428,11 +433,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
-        log = self.server.request_log
-        if log is not None and self._started is not None:  # before the body goes: a client that has its
-            # answer finds its request counted
-            path = self.path if len(self.path) <= 64 else self.path[:64] + "..."
-            log.record(self.client_address[0], path, code, self._queries, time.monotonic() - self._started)
         try:
             self.wfile.write(data)
         except OSError:
