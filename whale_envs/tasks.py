@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
-from whale_envs.splits import SPLIT_NAMES, SPLITS, split_of  # noqa: F401  (re-exported)
+from whale_envs.splits import SPLIT_NAMES, SPLITS, split_key, split_of  # noqa: F401  (re-exported)
 
 P = TypeVar("P")
 
@@ -146,7 +146,10 @@ def split_ids(source: TaskSource, split: str) -> list[str]:
     """The ids of ``source`` that fall in ``split`` ("all" = every id), in source order."""
     check_split(split)
     ids = list(source.ids())
-    return ids if split == "all" else [i for i in ids if split_of(i) == split]
+    if split == "all":
+        return ids
+    key = split_key()  # once: a rollout filters a source's ids per env it builds (100k ids)
+    return [i for i in ids if split_of(i, key) == split]
 
 
 class ListSource(Generic[P]):
@@ -219,11 +222,12 @@ class GeneratedSource(Generic[P]):
             idx = self._index[task_id]
         except KeyError:
             raise KeyError(f"{self.name}: no task with id {task_id!r}") from None
-        want = split_of(task_id)
+        key = split_key()
+        want = split_of(task_id, key)
         rng = random.Random(self.seed * 2**32 + idx)
         for _ in range(self._max_attempts):
             task, content_key = self._make(rng, idx)
-            if split_of(content_key) == want:
+            if split_of(content_key, key) == want:
                 self._cache[task_id] = task
                 return task
         raise RuntimeError(
