@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -94,11 +96,21 @@ def test_the_old_flat_form_loads_as_the_nested_one_with_a_notice_per_key(tmp_pat
     assert f"{old}: claude_code_path is now claude_code.path (the old key is still read)" in said
 
 
-def test_the_notice_is_one_line():
-    message = warnings.formatwarning("llm_model is now llm.model", RenamedKey, "x.py", 3, "code")
-    assert message == "note: llm_model is now llm.model\n"
-    other = warnings.formatwarning("something", UserWarning, "x.py", 3, "code")
-    assert "UserWarning" in other  # other warnings keep Python's own format
+def test_the_notice_is_one_line_and_other_warnings_keep_their_format():
+    # a process of its own: pytest records warnings instead of showing them
+    program = (
+        "import warnings\n"
+        "before = warnings.formatwarning\n"
+        "from whale_train.meta_harness.config import MetaHarnessConfig\n"
+        "MetaHarnessConfig.from_dict({'llm_model': 'm'})\n"
+        "assert warnings.formatwarning is before, 'the process-wide format was replaced'\n"
+        "warnings.warn('something', UserWarning)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == "note: llm_model is now llm.model (the old key is still read)"
+    assert "UserWarning: something" in lines[1]  # other warnings keep Python's own format
 
 
 def test_old_keys_in_a_train_config_and_through_set(tmp_path):

@@ -37,7 +37,7 @@ import functools
 import types
 import typing
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar, Union
 
@@ -67,18 +67,6 @@ class ConfigError(ValueError):
 
 class RenamedKey(FutureWarning):
     """A config key read under its new name (the old one still works): shown as one line, ``note: ...``."""
-
-
-_format_warning = warnings.formatwarning
-
-
-def _format_notice(message: Any, category: Any, filename: str, lineno: int, line: str | None = None) -> str:
-    if isinstance(category, type) and issubclass(category, RenamedKey):
-        return f"note: {message}\n"
-    return _format_warning(message, category, filename, lineno, line)
-
-
-warnings.formatwarning = _format_notice
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
@@ -162,7 +150,27 @@ def renamed(mapping: Mapping[str, str]) -> Callable[[type[T]], type[T]]:
 
 
 def _notice(old: str, new: str) -> None:
-    warnings.warn(f"{old} is now {new} (the old key is still read)", RenamedKey, stacklevel=2)
+    with _one_line_notices():
+        warnings.warn(f"{old} is now {new} (the old key is still read)", RenamedKey, stacklevel=2)
+
+
+@contextlib.contextmanager
+def _one_line_notices() -> Iterator[None]:
+    """While the block runs, a shown :class:`RenamedKey` reads ``note: ...``; any other warning keeps the
+    format it had. The format is set back on leaving: the process's warnings are not reformatted (a
+    warning that is recorded, as ``pytest.warns`` does, is not formatted at all)."""
+    before = warnings.formatwarning
+
+    def one_line(message: Any, category: Any, filename: str, lineno: int, line: str | None = None) -> str:
+        if isinstance(category, type) and issubclass(category, RenamedKey):
+            return f"note: {message}\n"
+        return before(message, category, filename, lineno, line)
+
+    warnings.formatwarning = one_line
+    try:
+        yield
+    finally:
+        warnings.formatwarning = before
 
 
 def _renamed_kwargs(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
