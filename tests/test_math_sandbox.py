@@ -239,9 +239,10 @@ FALLBACK = Limits(wall_s=3.0, cpu_s=1, memory_mb=256, output_bytes=10_000, isola
 @pytest.mark.slow
 def test_fallback_still_enforces_time_memory_output_and_kills_the_group(monkeypatch):
     from whale_envs import sandbox
+    from whale_envs.sandbox import config
 
     monkeypatch.setenv(sandbox.OPT_IN_ENV, "1")  # the fallback runs only under the explicit opt-in
-    problem = sandbox._root_problem("none")
+    problem = config.root_problem("none")
     if problem:  # as root with an interpreter an unprivileged uid cannot read: refused, never run as root
         result = run_python("print('ran')", FALLBACK)
         assert result.limit == "setup" and "never runs as uid 0" in result.error and not result.stdout
@@ -293,16 +294,23 @@ def test_the_unprivileged_path_user_namespace_is_isolated_too():
     import subprocess
     import tempfile
 
-    # The sandbox module needs only the standard library: a copy that user can read (the checkout may
+    # The sandbox package needs only the standard library: a copy that user can read (the checkout may
     # lie in a directory only its owner can enter, as one made by mktemp; so do pytest's tmp_path dirs).
     root = tempfile.mkdtemp(prefix="whale-unpriv-")
     os.chmod(root, 0o755)
     os.mkdir(os.path.join(root, "whale_envs"), 0o755)
     open(os.path.join(root, "whale_envs", "__init__.py"), "w").close()
-    for name in ("sandbox.py", "_sandbox_boot.py", "_children.py"):
-        shutil.copy(os.path.join(PROJECT, "whale_envs", name), os.path.join(root, "whale_envs", name))
-    for name in os.listdir(os.path.join(root, "whale_envs")):
-        os.chmod(os.path.join(root, "whale_envs", name), 0o644)
+    shutil.copy(os.path.join(PROJECT, "whale_envs", "_children.py"), os.path.join(root, "whale_envs"))
+    shutil.copytree(
+        os.path.join(PROJECT, "whale_envs", "sandbox"),
+        os.path.join(root, "whale_envs", "sandbox"),
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(folder, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
     done = subprocess.run(
         ["/usr/bin/python3", "-I", "-c", _UNPRIVILEGED_SCRIPT, root],
         user=65534,

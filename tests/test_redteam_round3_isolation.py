@@ -400,11 +400,18 @@ def test_the_probe_checks_that_episodes_can_run_alone(monkeypatch):
     """The sandbox's probe of the worker's configuration runs the episode namespaces for real; where
     the kernel refuses them the worker is unavailable with the reason (and so refused before a run,
     like a sandbox without namespaces, unless the user opts in); tool code does not need them."""
-    import whale_envs.sandbox as sandbox
+    from whale_envs.sandbox import bundle, policy
 
-    assert sandbox._probe(False) == (None, True)
-    refused = "sys.stdout.write(' episodes: unshare (episode namespaces): Operation not permitted')\n"
-    monkeypatch.setattr(sandbox, "_EPISODE_PROBE", refused)
-    problem, lasting = sandbox._probe(False)
+    assert policy._probe(False) == (None, True)
+    # the probe as it runs where the kernel refuses an episode's namespaces
+    refused = (
+        "def isolate_episode():\n"
+        "    raise OSError(1, 'unshare (episode namespaces): Operation not permitted')\n"
+    )
+    real = bundle.module_source
+    monkeypatch.setattr(
+        bundle, "module_source", lambda name: refused if name == "whale_envs._children" else real(name)
+    )
+    problem, lasting = policy._probe(False)
     assert lasting and "episodes cannot run alone" in problem and "Operation not permitted" in problem
-    assert sandbox._probe(True) == (None, True)
+    assert policy._probe(True) == (None, True)

@@ -16,7 +16,7 @@ import pytest
 
 from tests.sandbox_script import LOAD_SANDBOX
 from whale_envs import sandbox
-from whale_envs.sandbox import IsolationUnavailable, Limits, run_python, spawn_python
+from whale_envs.sandbox import IsolationUnavailable, Limits, config, policy, run_python, spawn_python
 
 PROJECT = Path(__file__).resolve().parent.parent
 JAILED = Limits(wall_s=5, cpu_s=3, memory_mb=256, isolation="namespaces")
@@ -44,7 +44,7 @@ print(repr(out))
 '''
 r = sb.run_python(code, sb.Limits(wall_s=10, cpu_s=5, isolation="namespaces"))
 print(json.dumps({"problem": sb.isolation_problem(), "isolation": r.isolation, "stdout": r.stdout,
-                  "stderr": r.stderr, "error": r.error, "python": sys.executable, "site": sb._site_dirs()}))
+                  "stderr": r.stderr, "error": r.error, "python": sys.executable, "site": sys.modules["whale_envs.sandbox.config"].site_dirs()}))
 """
 )
 
@@ -87,7 +87,7 @@ def test_isolation_problem_names_the_cause_and_the_answer_is_per_configuration()
     assert sandbox.isolation_problem(True) is None and sandbox.isolation_problem(False) is None
     assert sandbox.isolation_available()
     assert sandbox.isolation_label() == "namespaces"
-    key = next(iter(sandbox._PROBES))
+    key = next(iter(policy._PROBES))
     assert len(key) == 4  # interpreter, packages or not, the package dirs, the uid
 
 
@@ -95,7 +95,7 @@ def test_isolation_problem_names_the_cause_and_the_answer_is_per_configuration()
 def broken_namespaces(monkeypatch):
     """A machine where the jail cannot be built (the probe's real answer replaced by a failure)."""
     monkeypatch.setattr(
-        sandbox, "isolation_problem", lambda site_packages=True: "unshare: Operation not permitted"
+        policy, "isolation_problem", lambda site_packages=True: "unshare: Operation not permitted"
     )
     monkeypatch.delenv(sandbox.OPT_IN_ENV, raising=False)
 
@@ -133,8 +133,8 @@ def test_under_the_opt_in_it_runs_labelled_and_never_as_root(broken_namespaces, 
 
 def test_fallback_refuses_root_when_the_interpreter_is_unreadable(broken_namespaces, monkeypatch):
     monkeypatch.setenv(sandbox.OPT_IN_ENV, "1")
-    monkeypatch.setattr(sandbox, "_world_readable", lambda path: False)
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(config, "_world_readable", lambda path: False)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     result = run_python("print('ran')", Limits(wall_s=5))
     assert result.limit == "setup" and "never runs as uid 0" in result.error and "ran" not in result.stdout
 

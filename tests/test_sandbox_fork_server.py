@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ import pytest
 from tests.procs import carrying, running, running_children
 from tests.sandbox_script import LOAD_SANDBOX
 from whale_envs import sandbox
-from whale_envs.sandbox import Limits, run_python
+from whale_envs.sandbox import Limits, forkserver, pool, run_python
 
 JAILED = Limits(wall_s=8, cpu_s=4, memory_mb=256, isolation="namespaces")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -30,8 +31,8 @@ PROJECT = Path(__file__).resolve().parent.parent
 
 def _server_pid() -> int:
     assert run_python("pass", JAILED).ok
-    assert sandbox._SERVER is not None
-    return sandbox._SERVER.proc.pid
+    assert forkserver._SERVER is not None
+    return forkserver._SERVER.proc.pid
 
 
 def test_nothing_of_one_call_is_visible_to_the_next():
@@ -65,7 +66,7 @@ def test_the_server_runs_no_code_and_survives_what_the_code_does():
     server = _server_pid()
     for code in ("import os; os.abort()", "x = bytearray(600 * 2**20)", "import os; os.kill(1, 9)"):
         run_python(code, JAILED)
-    assert sandbox._SERVER.proc.pid == server and sandbox._SERVER.proc.poll() is None
+    assert forkserver._SERVER.proc.pid == server and forkserver._SERVER.proc.poll() is None
     with open(f"/proc/{server}/cmdline", "rb") as fh:
         assert b"--fork-server" in fh.read()
     # after the calls only the pooled sandboxes (each waiting for its code, in every pool earlier tests
@@ -158,13 +159,13 @@ def test_a_dead_server_is_replaced_and_the_call_still_runs(monkeypatch):
     monkeypatch.setenv(sandbox.POOL_ENV, "0")  # a served call (the pooled ones outlive their server)
     old = _server_pid()
     os.kill(old, signal.SIGKILL)
-    sandbox._SERVER.proc.wait()  # its child forked in advance still waits on the control socket
+    forkserver._SERVER.proc.wait()  # its child forked in advance still waits on the control socket
     # not noticed before the call is sent: that child takes it, finds no server and dies before the
     # code runs; the call goes to a new server
-    monkeypatch.setattr(sandbox._SERVER.proc, "poll", lambda: None)
+    monkeypatch.setattr(forkserver._SERVER.proc, "poll", lambda: None)
     result = run_python("print(6 * 7)", JAILED)
     assert result.ok and result.stdout == "42\n"
-    assert sandbox._SERVER.proc.pid != old
+    assert forkserver._SERVER.proc.pid != old
 
 
 def test_a_forked_child_of_the_caller_starts_its_own_server():
@@ -174,7 +175,7 @@ def test_a_forked_child_of_the_caller_starts_its_own_server():
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
             r = run_python("print(7)", JAILED)
-            os.write(write, f"{r.stdout.strip()} {sandbox._SERVER.proc.pid}".encode())
+            os.write(write, f"{r.stdout.strip()} {forkserver._SERVER.proc.pid}".encode())
         finally:
             os._exit(0)
     os.close(write)
@@ -182,14 +183,14 @@ def test_a_forked_child_of_the_caller_starts_its_own_server():
         out, child_server = fh.read().split()
     os.waitpid(pid, 0)
     assert out == "7" and int(child_server) != parent_server
-    assert sandbox._SERVER.proc.pid == parent_server and run_python("print(8)", JAILED).stdout == "8\n"
+    assert forkserver._SERVER.proc.pid == parent_server and run_python("print(8)", JAILED).stdout == "8\n"
 
 
 _EXIT_SCRIPT = (
     LOAD_SANDBOX
     + """
 r = sb.run_python("print(1)", sb.Limits(isolation="namespaces"))
-print(r.stdout.strip(), sb._SERVER.proc.pid, sb.CALLS["fresh"], flush=True)
+print(r.stdout.strip(), fs._SERVER.proc.pid, sb.CALLS["fresh"], flush=True)
 os._exit(0)  # no clean-up: the server must notice on its own
 """
 )
@@ -272,7 +273,7 @@ def test_a_served_call_writes_nothing_on_the_host(monkeypatch):
     def no_temp_dirs(*args, **kwargs):
         raise AssertionError("a served call made a temporary folder")
 
-    monkeypatch.setattr(sandbox.tempfile, "mkdtemp", no_temp_dirs)
+    monkeypatch.setattr(tempfile, "mkdtemp", no_temp_dirs)
     before = dict(sandbox.CALLS)
     result = run_python("print('\\u00e9', open(__file__).read().count('print'))", JAILED)
     assert result.ok and result.stdout == "\u00e9 2\n", result  # its own file, as written
@@ -281,7 +282,7 @@ def test_a_served_call_writes_nothing_on_the_host(monkeypatch):
 
 def test_long_code_takes_the_old_path_and_runs_the_same():
     code = "x = 1\n" * 4000 + "print(x + len(open(__file__).read()))"  # over _SERVED_CODE_MAX characters
-    assert len(code) > sandbox._SERVED_CODE_MAX
+    assert len(code) > forkserver.SERVED_CODE_MAX
     before = dict(sandbox.CALLS)
     result = run_python(code, JAILED)
     assert result.ok and result.stdout == f"{1 + len(code)}\n", result
@@ -295,10 +296,10 @@ def test_long_code_takes_the_old_path_and_runs_the_same():
 # call takes the oldest, sends it the code, and the pool sends the server a new one.
 
 
-def _warm(limits: Limits = JAILED) -> sandbox._Pool:
+def _warm(limits: Limits = JAILED) -> pool._Pool:
     sandbox.warm_pool(limits)
     assert sandbox.pool_ready(limits, timeout=30) == sandbox.pool_size()
-    return sandbox._POOLS[(limits, "namespaces")]
+    return pool._POOLS[(limits, "namespaces")]
 
 
 def _timed(code: str, limits: Limits) -> float:
@@ -412,9 +413,38 @@ def test_with_a_dead_server_pooled_calls_still_run():
     """Pooled sandboxes started before the server died still serve their calls; those sent to the dead
     server never start (lost), and the calls after them go to a new server."""
     _warm()
-    old = sandbox._SERVER.proc.pid
+    old = forkserver._SERVER.proc.pid
     os.kill(old, signal.SIGKILL)
-    sandbox._SERVER.proc.wait()
+    forkserver._SERVER.proc.wait()
     for i in range(2 * sandbox.pool_size() + 2):
         assert run_python(f"print({i})", JAILED).stdout == f"{i}\n"
-    assert sandbox._SERVER.proc.pid != old
+    assert forkserver._SERVER.proc.pid != old
+
+
+# ------------------------------------------------------------------------------------ the programs
+
+
+def test_every_program_is_a_module_started_the_one_way(tmp_path):
+    """The programs run in a child interpreter are modules (imported here like any); ``bundle`` starts
+    each where nothing of the project is importable: from its files on the host, or as one ``main.py``
+    carrying the modules it imports (a program that imports none is its own text)."""
+    from whale_envs.sandbox import bundle
+    from whale_envs.sandbox.programs import boot, episode_probe, pool_child, probe
+
+    assert callable(boot.main) and callable(pool_child.main) and callable(episode_probe.episodes)
+    assert bundle.modules(episode_probe.__name__) == [
+        episode_probe.__name__,
+        "whale_envs._children",
+        probe.__name__,
+    ]
+    assert bundle.program(pool_child.__name__) == Path(pool_child.__file__).read_text(encoding="utf-8")
+    bare = [sys.executable, "-I", "-S"]  # neither the project nor the installed packages
+    main = tmp_path / "main.py"
+    main.write_text(bundle.program(episode_probe.__name__), encoding="utf-8")
+    jail_form = subprocess.run([*bare, str(main)], capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    host_form = subprocess.run(
+        bundle.command(sys.executable, probe.__name__), capture_output=True, text=True, timeout=30
+    )
+    view = f"ok {os.getuid()} {int(os.path.exists('/etc/passwd'))}"
+    assert jail_form.stdout.startswith(view + " episodes"), jail_form.stderr
+    assert host_form.stdout == view, host_form.stderr

@@ -1,12 +1,13 @@
-"""Child-process helpers of the programs this project sends as source into a fresh interpreter: the
-sandbox boot (``_sandbox_boot.py``) and the harness worker (``harnesses/worker.py``): reaping exited
-children, and the namespaces that put each episode of the worker alone (``isolate_episode``; the
-sandbox's probe runs it too, to check that the kernel allows it).
+"""Child-process helpers of the programs this project runs in a child interpreter: the sandbox's
+programs (:mod:`whale_envs.sandbox.programs`: the boot program, the probe) and the harness worker
+(``harnesses/worker.py``): reaping exited children, the syscall allow-list, and the namespaces that
+put each episode of the worker alone (``isolate_episode``; the sandbox's probe runs it too, to check
+that the kernel allows it).
 
-Neither program can import this package where it runs (``python -I -S -c``; inside the sandbox the
-project is hidden), so each carries this file's source with it: :func:`whale_envs.sandbox` splices it
-into the boot program in place of its import line, and the worker program inlines it as a module. So it
-must only use the standard library and must not rely on ``__file__``.
+None of those programs can import this package where it runs (``python -I -S``; inside the sandbox
+the project is hidden), so each carries this module with it: :mod:`whale_envs.sandbox.bundle` serves it
+to the sandbox's programs by name, and the worker program inlines it as a module. So it must only use
+the standard library and must not rely on ``__file__``.
 """
 
 import os

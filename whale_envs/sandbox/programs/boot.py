@@ -1,9 +1,9 @@
-"""The child side of :mod:`whale_envs.sandbox`: sets up the jail, then runs the untrusted program.
+"""The boot program: sets up a call's jail, then runs the untrusted program in it.
 
-This file is not imported. :func:`whale_envs.sandbox.run_python` passes its source to a fresh
-``python -I -S -c`` together with one JSON argument, so it must only use the standard library and must
-not rely on ``__file__``; its one import of this package, :mod:`whale_envs._children`, is replaced by
-that module's source when it is sent. Steps, in the child:
+It runs on the host as the caller, in a fresh ``python -I -S`` started by
+:func:`whale_envs.sandbox.bundle.command` with one JSON argument, the call's configuration
+(:func:`whale_envs.sandbox.config.boot_config`); standard library only, and
+:mod:`whale_envs._children`. Steps, in the child:
 
 1. (``namespaces``) ``unshare`` new mount, network, PID, IPC and UTS namespaces (plus a user namespace
    when not root); build a new root on a tmpfs that holds only read-only bind mounts of the paths the
@@ -19,9 +19,10 @@ that module's source when it is sent. Steps, in the child:
 As a fork server (``--fork-server FD ROOT``, see :func:`_serve`) the same steps run in a child of a
 long-lived boot interpreter: the child receives one call's configuration and its stdout, stderr and
 a report socket over the control socket ``FD``, reports its pid, runs steps 1-3 and reports the exit
-status; the code still starts in a freshly ``exec``'d interpreter. A pooled call (``sandbox._Pool``) sends
-a fourth descriptor, the read end of a pipe that becomes stdin: its ``main.py`` is the pool's program,
-which waits there for the one program it runs (built and started before the call, nothing else differs).
+status; the code still starts in a freshly ``exec``'d interpreter. A pooled call
+(:mod:`whale_envs.sandbox.pool`) sends a fourth descriptor, the read end of a pipe that becomes stdin:
+its ``main.py`` is :mod:`.pool_child`, which waits there for the one program it runs (built and
+started before the call, nothing else differs).
 
 Exit status 120 + a message on stderr beginning with ``SANDBOX-SETUP:`` means the jail itself could
 not be built (the parent reports it; it never runs the code unjailed in ``namespaces`` mode).
@@ -35,7 +36,7 @@ import signal
 import stat
 import sys
 
-from whale_envs._children import install_syscall_filter, reap_exited  # spliced in by sandbox._boot_source()
+from whale_envs._children import install_syscall_filter, reap_exited
 
 SETUP_FAILED = 120
 
@@ -369,7 +370,7 @@ def _serve_one(socket, control, taken_w):
     control.close()
     out_fd, err_fd, report_fd, *code_fd = fds
     os.set_inheritable(report_fd, False)
-    if code_fd:  # a pooled call (sandbox._Pool): its program reads the code from stdin when it comes
+    if code_fd:  # a pooled call (sandbox.pool): its program reads the code from stdin when it comes
         os.dup2(code_fd[0], 0)
         os.close(code_fd[0])
     _REPORT_FD = report_fd
@@ -398,13 +399,15 @@ def _serve_one(socket, control, taken_w):
     os._exit(0)
 
 
-def main():
-    if sys.argv[1] == "--fork-server":
-        _serve(int(sys.argv[2]), sys.argv[3])
-    cfg = json.loads(sys.argv[1])
+def main(argv):
+    """``--fork-server FD ROOT``, or one call's configuration (JSON). Never returns."""
+    if argv[0] == "--fork-server":
+        _serve(int(argv[1]), argv[2])
+    cfg = json.loads(argv[0])
     if cfg["isolation"] != "namespaces":
         _run_unisolated(cfg)
     os._exit(_run_jailed(cfg))
 
 
-main()
+if __name__ == "__main__":
+    main(sys.argv[1:])
