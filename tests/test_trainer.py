@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ from whale_train.report import write_report
 from whale_train.trainer import Run, TrainConfig
 
 MODEL = str(SHIPPED_MODEL)  # the shipped model stops where it should: short, realistic rollouts
+#: A run folder that an older ``whale train`` made and a SIGKILL stopped (see the test that resumes it).
+OLD_RUN = Path(__file__).resolve().parent / "fixtures" / "old_run"
 
 SMOKE = {
     "env": "whale/Math-v0",
@@ -204,6 +207,50 @@ def test_a_run_killed_at_random_points_resumes_to_the_same_ledger_and_archive(tm
         return {p.parent.name: p.read_text() for p in sorted((run / "archive").glob("*/harness.py"))}
 
     assert archive(out) == archive(tmp_path / "straight") and archive(out)
+
+
+def test_a_run_folder_of_an_older_trainer_resumes_elsewhere_with_todays_code(tmp_path, monkeypatch):
+    """``tests/fixtures/old_run`` is a real run folder, made by ``whale train`` before the trainer became
+    the ``whale_train.trainer`` package: method whale on the SMOKE settings (LoRA of rank 2 and no saved
+    model versions, so its checkpoints are small; report_to none), under ``WHALE_SPLIT_SECRET=old-run-fixture``,
+    SIGKILLed after unit 4's checkpoint and before its state.json (``tests/faults``: ``before_state@5``).
+    So its ledger holds a line past state.json's ``ledger_lines`` and two resume checkpoints. One edit: the
+    adapter's ``base_model_name_or_path`` (PEFT writes the model's absolute path; a resume never reads it)
+    is ``whale_train/models/tiny``. Copied to another folder (a run folder is relocatable), today's code
+    continues it: the kept ledger is untouched, the cut unit reruns to the same line, units and rollouts
+    count on, the weights go on from the checkpoint's version, and the run stops and reports."""
+    monkeypatch.setenv("WHALE_SPLIT_SECRET", "old-run-fixture")
+    run_dir = tmp_path / "elsewhere" / "old_run"
+    shutil.copytree(OLD_RUN, run_dir)
+    before = ledger(run_dir)
+    state = json.loads((run_dir / "state.json").read_text())
+    kept = state["ledger_lines"]
+    assert (state["units"], kept, len(before)) == (4, 9, 10)  # the fixture as made
+
+    config = TrainConfig.load(run_dir / "config.yaml")
+    summary = Run(config, run_dir, resume=True, log=lambda *_: None).run()
+
+    after = ledger(run_dir)
+    assert after[:kept] == before[:kept]
+    new = units(after[kept:])
+    assert [u["unit"] for u in new] == list(range(4, 4 + len(new))) and len(new) >= 3
+    rerun, cut = dict(new[0]), dict(before[kept])  # the unit the kill cut short, rerun from its stored report
+    assert rerun.pop("seconds") >= 0 and cut.pop("seconds") >= 0 and rerun == cut
+    total = state["schedule"]["rollouts"]
+    for u in new:
+        total += u["rollouts"]
+        assert u["rollouts_total"] == total, u
+    weight = [u for u in new if u["phase"] == "weight"]
+    assert weight and weight[0]["model_version"] == state["model_version"] + 1  # restored, not restarted
+    assert after[-1]["event"] == "stop" and summary["rollouts"] == total <= config.budget_rollouts
+    evals = [(e["model_version"], e["harness"]) for e in after if e["event"] == "eval"]
+    assert len(evals) == len(set(evals)) and len(evals) > 2  # nothing scored twice, new versions scored
+    end = json.loads((run_dir / "state.json").read_text())
+    assert end["units"] == 4 + len(new) and end["ledger_lines"] == len(after)
+    assert [p.name for p in (run_dir / "checkpoints").glob("resume-*")] == [end["resume_from"]]
+    assert "test_sets" in json.loads((run_dir / "splits.json").read_text())
+    report = write_report([run_dir])
+    assert report == run_dir / "report.md" and "| old_run | whale |" in report.read_text()
 
 
 def test_config_overrides_and_errors(tmp_path):
