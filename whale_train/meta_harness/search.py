@@ -7,6 +7,14 @@ replaces the incumbent only if the acceptance rule says it beats it on the same 
 noise. A **rescore** scores the incumbent (and the frontier) under a new model version; it may also
 hand the incumbent's place to a frontier member that now beats it.
 
+An iteration has two parts that can run apart (``whale train`` with ``schedule.overlap``): ``propose``
+(the proposer's work: it reads the archive and the traces of one model version and writes candidates; no
+model rollouts of its own but the agent's tries) and ``score`` (the rollouts: the candidates, and the
+incumbent re-scored when the model version is new, all under one pinned version on the same tasks, then
+the acceptance rule). ``iterate`` is the one followed by the other at one version. Each candidate records
+the version its proposer's traces came from (``traces_version``) and each iteration the version it was
+scored under and the gap between the two.
+
 Every step is idempotent and resumable: candidate ids depend only on (iteration, slot); a candidate,
 its validation and each of its scores are written atomically; an iteration or rescore is complete once
 its record is written. Calling ``iterate``/``rescore`` again for a completed step returns its stored
@@ -66,6 +74,7 @@ class CandidateResult:
     decision: str | None = None
     gain: float | None = None
     gain_se: float | None = None
+    traces_version: int | None = None  # the model version whose traces its proposer read
 
 
 @dataclass
@@ -93,6 +102,9 @@ class IterationReport(Mapping):
             new (included in ``rollouts``); ``triggered_by``: on a rescore, that iteration.
         wall_seconds: time spent in the call that completed the step.
         seq: the step's position among all steps of the archive.
+        traces_version: on an iteration, the model version whose traces its proposer read (the scores it
+            saw); ``model_version`` is the one its candidates were scored under, ``version_gap`` the
+            difference (0 when proposed and scored at one version, as in strict alternation).
     """
 
     kind: str
@@ -115,6 +127,8 @@ class IterationReport(Mapping):
     wall_seconds: float = 0.0
     created: str = ""
     seq: int = -1
+    traces_version: int | None = None
+    version_gap: int | None = None
 
     @property
     def improved(self) -> bool:
@@ -152,6 +166,23 @@ class IterationReport(Mapping):
 
     def __len__(self) -> int:
         return len(self.to_dict())
+
+
+@dataclass
+class Proposed:
+    """What the proposer's part of an iteration left for its scoring: the candidates are in the archive.
+
+    Attributes:
+        iteration: the iteration proposed for.
+        traces_version: the model version whose scores and traces the proposer read.
+        usage: the proposer's tokens, cost (and the agent's tries) over the iteration's candidates.
+        error: why the proposer gave fewer candidates than asked (None when it did not fail).
+    """
+
+    iteration: int
+    traces_version: int
+    usage: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
 
 
 class HarnessSearch:
@@ -325,7 +356,8 @@ class HarnessSearch:
     # ------------------------------------------------------------------ iterate
 
     def iterate(self, model_version: int | None = None, iteration: int | None = None) -> IterationReport:
-        """One search iteration (the next one by default). Idempotent for a completed iteration."""
+        """One search iteration (the next one by default): ``propose`` then ``score`` under one model
+        version. Idempotent for a completed iteration."""
         version = self._version(model_version)
         iteration = self.next_iteration if iteration is None else iteration
         stored = self.archive.record("iteration", iteration)
@@ -336,10 +368,46 @@ class HarnessSearch:
         start = time.monotonic()
         if self.archive.record("rescore", version) is None:  # a new model version: re-score first
             self.rescore(version, _by_iteration=iteration)
+        proposed = self.propose(version, iteration)
+        return self._score(proposed, version, start)
+
+    def propose(self, traces_version: int, iteration: int | None = None, *, llm: Any = None) -> Proposed:
+        """The proposer's part of iteration ``iteration`` (default: the next): it reads the archive, with
+        the scores and traces of model version ``traces_version``, and writes the candidates of the slots
+        the archive does not hold yet. No scoring: this is what a proposer lane runs while the model trains
+        (``traces_version`` is then not checked against the model's version, which may move on). ``llm`` is
+        the model the agent proposer's tries roll out with (default: the search's)."""
+        iteration = self.next_iteration if iteration is None else iteration
+        if iteration != self.next_iteration:
+            raise ValueError(
+                f"iteration {iteration} cannot be proposed now: the next one is {self.next_iteration}"
+            )
+        usage, error = self._propose(iteration, int(traces_version), self.incumbent_id, llm)
+        return Proposed(iteration, int(traces_version), usage, error)
+
+    def score(self, proposed: Proposed, model_version: int | None = None) -> IterationReport:
+        """The rollouts of a proposed iteration, pinned to ``model_version`` (the model's version now; the
+        caller pushes no weights until it returns): the incumbent is re-scored first when this version
+        is new (charged to the iteration), then each candidate is validated and scored on the same tasks
+        with the same sample seeds, and the acceptance rule compares them. Idempotent once complete."""
+        version = self._version(model_version)
+        stored = self.archive.record("iteration", proposed.iteration)
+        if stored:
+            return IterationReport.from_dict(stored)
+        if proposed.iteration != self.next_iteration:
+            raise ValueError(
+                f"iteration {proposed.iteration} cannot be scored now: the next one is {self.next_iteration}"
+            )
+        start = time.monotonic()
+        if self.archive.record("rescore", version) is None:  # weights moved on while it was proposed
+            self.rescore(version, _by_iteration=proposed.iteration)
+        return self._score(proposed, version, start)
+
+    def _score(self, proposed: Proposed, version: int, start: float) -> IterationReport:
+        iteration = proposed.iteration
         rescore = self.archive.record("rescore", version)
         rescore_rollouts = rescore["rollouts"] if rescore.get("triggered_by") == iteration else 0
         incumbent = self.incumbent_id
-        proposer_usage, proposer_error = self._propose(iteration, version, incumbent)
         origin = {"kind": "iteration", "iteration": iteration}
         results = []
         for slot in range(self.config.candidates):
@@ -357,10 +425,12 @@ class HarnessSearch:
             start,
             extra_rollouts=rescore_rollouts,
             check_episodes=sum(r.check_episodes for r in results),
-            proposer_usage=proposer_usage,
-            proposer_error=proposer_error,
-            proposer_rollouts=int(proposer_usage.get("try_rollouts", 0)),
+            proposer_usage=proposed.usage,
+            proposer_error=proposed.error,
+            proposer_rollouts=int(proposed.usage.get("try_rollouts", 0)),
             rescore_rollouts=rescore_rollouts,
+            traces_version=proposed.traces_version,
+            version_gap=version - proposed.traces_version,
         )
 
     def _finish(
@@ -412,7 +482,9 @@ class HarnessSearch:
 
     # ------------------------------------------------------------------ the parts of a step
 
-    def _propose(self, iteration: int, version: int, incumbent: str) -> tuple[dict[str, Any], str | None]:
+    def _propose(
+        self, iteration: int, version: int, incumbent: str, llm: Any = None
+    ) -> tuple[dict[str, Any], str | None]:
         missing = [s for s in range(self.config.candidates) if candidate_id(iteration, s) not in self.archive]
         if not missing:
             return self._usage_of(iteration), None
@@ -429,7 +501,7 @@ class HarnessSearch:
             seed=self.config.seed,
             seed_id=self.seed_id,
             prompt_only=self.config.prompt_only,
-            llm=self.llm,
+            llm=self.llm if llm is None else llm,
         )
         error = None
         try:
@@ -438,10 +510,10 @@ class HarnessSearch:
             proposals, error = [], str(exc)
             self.log(f"iteration {iteration}: the proposer failed: {exc}")
         for slot, proposal in zip(missing, proposals, strict=False):
-            self._add(iteration, slot, proposal)
+            self._add(iteration, slot, proposal, version)
         return self._usage_of(iteration), error
 
-    def _add(self, iteration: int, slot: int, p: Proposal) -> None:
+    def _add(self, iteration: int, slot: int, p: Proposal, traces_version: int) -> None:
         cid = candidate_id(iteration, slot)
         self.archive.add(
             cid,
@@ -457,6 +529,7 @@ class HarnessSearch:
                 "proposer_usage": p.usage,
                 "iteration": iteration,
                 "slot": slot,
+                "traces_version": traces_version,
             },
         )
         self.log(f"  proposed {cid} ({p.summary or p.change}; parents {', '.join(p.parents)})")
@@ -532,6 +605,7 @@ class HarnessSearch:
             tokens_per_episode=rec["tokens_per_episode"] if rec else None,
             rollouts=rec["rollouts"] if rec else 0,
             check_episodes=int(meta.get("check_episodes") or 0),
+            traces_version=meta.get("traces_version"),
         )
 
     def _decide(
