@@ -33,7 +33,7 @@ bundled: ``bundled_path("nq_open", "NQ-open.dev.jsonl")``, or ``load_nq(corpus=.
 :func:`load_corpus`): a JSON object ``{title: text or [sentences]}``, a JSON list or JSON Lines of
 ``{"title", "text"}`` records (``"id"`` optional; Pyserini-style ``{"id", "contents"}`` with the title on
 the first line also works), or a DPR-style TSV with ``id``, ``text`` and ``title`` columns. ``.gz`` is read
-transparently.
+transparently (reading them: corpus_files.py).
 
 Task ids are the dataset's own: HotpotQA ``_id``, MuSiQue ``id``, the 0-based row index for NQ-open.
 A source built from the same files is built once per process and shared, corpus and all.
@@ -41,26 +41,23 @@ A source built from the same files is built once per process and shared, corpus 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
-import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from whale_envs.data import bundled_path
-from whale_envs.search.corpus import Corpus, Passage, SearchQuestion, unique_ids
-from whale_envs.tabular import (
-    csv_records,
-    hf_cache_dirs,
-    is_hub_name,
-    nested,
-    open_text,
-    read_rows,
-    user_prompt,
+from whale_envs.search.corpus import Corpus, SearchQuestion
+from whale_envs.search.corpus_files import (  # load_corpus, read_records: importable from here as before
+    build_corpus,
+    clear_corpora,
+    file_key,
+    load_corpus,
+    read_records,
+    record_field,
+    text_of,
 )
-from whale_envs.tasks import ListSource, Task, TaskSourceError, capped_lines, existing, json_lines
+from whale_envs.tabular import hf_cache_dirs, is_hub_name, nested, read_rows, user_prompt
+from whale_envs.tasks import ListSource, Task, TaskSourceError, existing
 
 HOTPOT_SAMPLES = {
     "train": "hotpotqa_train_sample100.json",
@@ -69,151 +66,8 @@ HOTPOT_SAMPLES = {
 MUSIQUE_SAMPLE = "musique_train_sample100.json"
 NQ_SAMPLE = "NQ-open.dev.jsonl"
 
-# (kind, question file, corpus file, options) -> source / corpus: one parse per process.
+# (kind, question file, corpus file, options) -> source: one parse per process.
 _SOURCES: dict[tuple, ListSource[SearchQuestion]] = {}
-_CORPORA: dict[tuple, Corpus] = {}
-
-
-# ------------------------------------------------------------------------------ reading files
-
-
-def _file_key(path: Path) -> tuple:
-    st = path.stat()
-    return (str(path.resolve()), st.st_mtime_ns, st.st_size)
-
-
-def _open_text(path: Path) -> io.TextIOBase:
-    """The text of ``path``, a ``.gz`` decompressed on the fly under the decompressed-size cap."""
-    if path.suffix == ".gz":
-        return open_text(path)
-    return open(path, encoding="utf-8")
-
-
-def _base_suffix(path: Path) -> str:
-    """``.json``, ``.jsonl`` or ``.tsv``, looking through a ``.gz``."""
-    return Path(path.stem).suffix if path.suffix == ".gz" else path.suffix
-
-
-def read_records(path: Path) -> Iterator[tuple[int, str, Any]]:
-    """Yield ``(row, where, record)`` for a JSON array or JSON Lines file: ``row`` is the 1-based line
-    (JSON Lines) or record number (JSON array), ``where`` names file and row for messages."""
-    if _base_suffix(path) == ".jsonl":
-        with _open_text(path) as fh:
-            for line_no, record in json_lines(fh, str(path)):
-                yield line_no, f"{path}, line {line_no}", record
-        return
-    with _open_text(path) as fh:
-        try:
-            data = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise TaskSourceError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(data, list):
-        raise TaskSourceError(f"{path}: expected a JSON list of records, got a JSON {type(data).__name__}")
-    for i, record in enumerate(data, start=1):
-        yield i, f"{path}, record {i}", record
-
-
-def _field(record: Any, where: str, name: str, kind: type | tuple[type, ...] = str, *, empty: bool = False):
-    if not isinstance(record, dict):
-        raise TaskSourceError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    if name not in record:
-        raise TaskSourceError(f"{where}: missing field {name!r}")
-    value = record[name]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise TaskSourceError(f"{where}: field {name!r} should be {_kind_name(kind)}, got {value!r:.80}")
-    if not empty and isinstance(value, str) and not value.strip():
-        raise TaskSourceError(f"{where}: field {name!r} is empty")
-    return value
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join(
-        {str: "a string", list: "a list", int: "an integer", bool: "true/false"}[k] for k in kinds
-    )
-
-
-def _text_of(value: Any, where: str) -> str:
-    """A passage text given as a string or as a list of sentences (HotpotQA: joined as they are)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(s, str) for s in value):
-        return "".join(value)
-    raise TaskSourceError(f"{where}: a passage text must be a string or a list of strings, got {value!r:.80}")
-
-
-def _passage_record(record: Any, where: str) -> tuple[str | None, str, str]:
-    """(id or None, title, text) of one corpus record."""
-    if not isinstance(record, dict):
-        raise TaskSourceError(f"{where}: expected a JSON object with 'title' and 'text', got {record!r:.80}")
-    pid = record.get("id", record.get("_id"))
-    if "text" in record:
-        title = record.get("title", "")
-        if not isinstance(title, str):
-            raise TaskSourceError(f"{where}: field 'title' should be a string, got {title!r:.80}")
-        text = _text_of(record["text"], where)
-    elif "contents" in record:  # Pyserini / Search-R1 style: '"Title"\ntext'
-        contents = _text_of(record["contents"], where)
-        first, _, rest = contents.partition("\n")
-        title, text = first.strip().strip('"'), rest.strip()
-    else:
-        raise TaskSourceError(f"{where}: a corpus record needs 'text' (and 'title') or 'contents'")
-    if not (title.strip() or text.strip()):
-        raise TaskSourceError(f"{where}: the passage has neither title nor text")
-    return (None if pid is None else str(pid)), title, text
-
-
-def _build_corpus(name: str, rows: list[tuple[str | None, str, str]], where: str) -> Corpus:
-    titles = [t for _, t, _ in rows]
-    fallback = unique_ids(titles)
-    passages = [Passage(pid if pid is not None else fallback[i], t, x) for i, (pid, t, x) in enumerate(rows)]
-    try:
-        return Corpus(name, passages)
-    except ValueError as exc:
-        raise TaskSourceError(f"{where}: {exc}") from None
-
-
-def load_corpus(path: str | Path) -> Corpus:
-    """Load a corpus file (formats in the module docstring). Cached per file (path, mtime, size)."""
-    file = existing(path, "search corpus")
-    key = ("corpus", *_file_key(file))
-    if key in _CORPORA:
-        return _CORPORA[key]
-    suffix = _base_suffix(file)
-    rows: list[tuple[str | None, str, str]] = []
-    if suffix == ".tsv":
-        with _open_text(file) as fh:
-            reader = csv.DictReader(capped_lines(fh, str(file)), delimiter="\t")
-            try:
-                fieldnames = reader.fieldnames
-            except csv.Error as exc:
-                raise TaskSourceError(f"{file}, row 1: not a readable TSV header: {exc}") from None
-            if "text" not in (fieldnames or []):
-                raise TaskSourceError(
-                    f"{file}: a TSV corpus needs a header with a 'text' column (and 'title', 'id')"
-                )
-            for _, where, row in csv_records(reader, file):
-                rows.append(_passage_record(row, where))
-    elif suffix == ".json" and _json_is_object(file):
-        with _open_text(file) as fh:
-            data = json.load(fh)
-        for title, value in data.items():
-            rows.append((None, title, _text_of(value, f"{file}, entry {title!r}")))
-    else:
-        rows = [_passage_record(record, where) for _, where, record in read_records(file)]
-    if not rows:
-        raise TaskSourceError(f"{file}: the corpus has no passages")
-    corpus = _build_corpus(str(path), rows, str(file))
-    _CORPORA[key] = corpus
-    return corpus
-
-
-def _json_is_object(file: Path) -> bool:
-    with _open_text(file) as fh:
-        while True:
-            ch = fh.read(1)
-            if not ch or not ch.isspace():
-                return ch == "{"
 
 
 def _sibling_corpus(questions: Path) -> Path | None:
@@ -260,7 +114,7 @@ def _load(
     check_retriever(kind, retriever)
     file, default_name = _resolve(path, bundled, kind)
     corpus_file = _corpus_for(file, corpus)
-    key = (kind, _file_key(file), corpus_file and _file_key(corpus_file))
+    key = (kind, file_key(file), corpus_file and file_key(corpus_file))
     if key not in _SOURCES:
         _SOURCES[key] = build(file, name or default_name, corpus_file)
     return _with_retriever(_SOURCES[key], retriever)
@@ -314,7 +168,7 @@ def _question_corpus(
     rows = [(None, title, text) for title, text in dict.fromkeys(paragraphs)]
     if not rows:
         raise TaskSourceError(f"{file}: no paragraphs to search and no corpus file; pass corpus=PATH")
-    return _build_corpus(f"{name} (paragraphs of the question file)", rows, str(file))
+    return build_corpus(f"{name} (paragraphs of the question file)", rows, str(file))
 
 
 # ------------------------------------------------------------------------------ HotpotQA
@@ -344,10 +198,10 @@ def load_hotpotqa(
 def _build_hotpotqa(file: Path, name: str, corpus_file: Path | None) -> ListSource[SearchQuestion]:
     records = []
     for row, where, record in read_records(file):
-        task_id = _field(record, where, "_id")
-        question = _field(record, where, "question")
-        answer = _field(record, where, "answer")
-        facts = _field(record, where, "supporting_facts", list)
+        task_id = record_field(record, where, "_id")
+        question = record_field(record, where, "question")
+        answer = record_field(record, where, "answer")
+        facts = record_field(record, where, "supporting_facts", list)
         titles = []
         for fact in facts:
             if not (isinstance(fact, list) and fact and isinstance(fact[0], str)):
@@ -361,7 +215,7 @@ def _build_hotpotqa(file: Path, name: str, corpus_file: Path | None) -> ListSour
                 raise TaskSourceError(
                     f"{where} ({task_id}): a context entry should be [title, sentences], got {item!r:.80}"
                 )
-            context[item[0]] = _text_of(item[1], f"{where} ({task_id}), context {item[0]!r}")
+            context[item[0]] = text_of(item[1], f"{where} ({task_id}), context {item[0]!r}")
         meta = {"difficulty": record.get("level"), "type": record.get("type"), "source": name, "row": row}
         records.append((where, task_id, question, answer, list(dict.fromkeys(titles)), context, meta))
     pairs = ((title, text) for *_, context, _ in records for title, text in context.items())
@@ -396,19 +250,19 @@ def load_musique(
 def _build_musique(file: Path, name: str, corpus_file: Path | None) -> ListSource[SearchQuestion]:
     records = []
     for row, where, record in read_records(file):
-        task_id = _field(record, where, "id")
+        task_id = record_field(record, where, "id")
         if record.get("answerable") is False:
             continue
-        question = _field(record, where, "question")
-        answer = _field(record, where, "answer")
-        aliases = _field(record, where, "answer_aliases", list) if "answer_aliases" in record else []
+        question = record_field(record, where, "question")
+        answer = record_field(record, where, "answer")
+        aliases = record_field(record, where, "answer_aliases", list) if "answer_aliases" in record else []
         if not all(isinstance(a, str) for a in aliases):
             raise TaskSourceError(f"{where} ({task_id}): answer_aliases should be a list of strings")
         paragraphs = []
-        for i, par in enumerate(_field(record, where, "paragraphs", list)):
+        for i, par in enumerate(record_field(record, where, "paragraphs", list)):
             at = f"{where} ({task_id}), paragraph {i}"
-            title = _field(par, at, "title", empty=True)
-            text = _field(par, at, "paragraph_text", empty=True)
+            title = record_field(par, at, "title", empty=True)
+            text = record_field(par, at, "paragraph_text", empty=True)
             paragraphs.append((title, text, bool(par.get("is_supporting"))))
         hops = task_id.split("hop", 1)[0]
         meta = {"difficulty": int(hops) if hops.isdigit() else None, "source": name, "row": row}
@@ -444,7 +298,7 @@ def load_nq(
     if corpus is None:  # the questions alone, every one searching the server
         check_retriever("nq", retriever)
         file, name = _resolve(path, ("nq_open", NQ_SAMPLE), "nq")
-        key = ("nq", _file_key(file), None, retriever)
+        key = ("nq", file_key(file), None, retriever)
         if key not in _SOURCES:
             _SOURCES[key] = _build_nq(file, name, None, retriever)
         return _SOURCES[key]
@@ -457,8 +311,8 @@ def _build_nq(
     shared = load_corpus(corpus_file) if corpus_file is not None else None
     tasks = []
     for index, (row, where, record) in enumerate(read_records(file)):
-        question = _field(record, where, "question")
-        answers = _field(record, where, "answer", list)
+        question = record_field(record, where, "question")
+        answers = record_field(record, where, "answer", list)
         if not answers or not all(isinstance(a, str) and a.strip() for a in answers):
             raise TaskSourceError(f"{where}: 'answer' should be a non-empty list of non-empty strings")
         meta = {"difficulty": None, "source": name, "row": row}
@@ -534,7 +388,7 @@ def _load_searchr1(
         kind,
         path if hub else str(file.resolve()),
         hf_cache_dirs() if hub else file.stat().st_mtime_ns,
-        corpus_file and _file_key(corpus_file),
+        corpus_file and file_key(corpus_file),
         retriever,
         data_sources,
     )
@@ -569,7 +423,7 @@ def _load_searchr1(
 def clear_cache() -> None:
     """Forget the sources and corpora loaded so far (files are read again on next use)."""
     _SOURCES.clear()
-    _CORPORA.clear()
+    clear_corpora()
 
 
 def _register() -> None:
