@@ -19,6 +19,11 @@ stagewise      all the weight budget first (``stagewise_weight_share`` of the ro
 fst            Fast-Slow Training: short fixed phases, with a prompt-only harness search
 =============  =============================================================================================
 
+With ``overlap: true`` (methods that alternate: whale, adaptive, fst) a harness iteration's proposer works
+on a lane of its own while the accelerator runs the next weight phase's units under the incumbent harness
+(``whale_train.lanes``): the same units, asked of the same policy, so (E, I) and the budget split stay
+what strict alternation has; only when they run changes.
+
 Every policy stops when the next unit would overspend the rollout budget; harness-only and stagewise's
 harness stage also stop once the proposer proposed no candidate in ``EXHAUSTED_AFTER`` iterations in a
 row (such an iteration costs no rollouts, so the budget alone would never end them).
@@ -32,6 +37,10 @@ from typing import Protocol
 from whale_train.config_io import Config, option
 
 METHODS = ("whale", "adaptive", "weight-only", "harness-only", "stagewise", "fst")
+#: The methods that alternate weight and harness phases: the ones ``overlap`` can pipeline.
+ALTERNATING = ("whale", "adaptive", "fst")
+#: The clocks an injected proposer latency is measured on (``ScheduleConfig.latency_clock``).
+LATENCY_CLOCKS = ("wall", "rollouts")
 
 
 @dataclass
@@ -90,6 +99,26 @@ class ScheduleConfig(Config):
     )
     fst_weight_epochs: float = option(0.1, "FST's short weight phases, in epochs")
     fst_iterations: int = option(2, "FST's short harness phases, in iterations")
+    overlap: bool = option(
+        False,
+        "while a harness iteration's proposer works, train the next weight phase's units (whale, adaptive, "
+        "fst); candidates are scored when they arrive, under the weights of that moment",
+    )
+    max_version_gap: int | None = option(
+        None,
+        "overlap: the most model versions a candidate may be scored past the version its proposer read (a "
+        "weight step that would pass it waits for the proposer); unset: no bound",
+    )
+    proposer_latency: float | None = option(
+        None,
+        "an injected proposer latency: each iteration's candidates arrive this long after they were asked "
+        "for (or when the proposer answers, if later), on latency_clock; unset: when the proposer answers",
+    )
+    latency_clock: str = option(
+        "wall",
+        "what proposer_latency counts: wall (seconds) or rollouts (rollouts the accelerator spends meanwhile: "
+        "deterministic, so runs and resumes repeat exactly)",
+    )
 
     def validate(self) -> None:
         if self.weight_epochs <= 0 or self.harness_iterations < 1:
@@ -98,6 +127,12 @@ class ScheduleConfig(Config):
             raise ValueError("stagewise_weight_share must be in (0, 1)")
         if self.min_iterations > self.max_iterations:
             raise ValueError("min_iterations must not exceed max_iterations")
+        if self.max_version_gap is not None and self.max_version_gap < 0:
+            raise ValueError("max_version_gap must be >= 0 (unset: no bound)")
+        if self.proposer_latency is not None and self.proposer_latency < 0:
+            raise ValueError("proposer_latency must be >= 0 (unset: none injected)")
+        if self.latency_clock not in LATENCY_CLOCKS:
+            raise ValueError(f"latency_clock must be one of {', '.join(LATENCY_CLOCKS)}")
 
 
 def _within_budget(state: RunState, action: str, reason: str) -> ScheduleDecision:
@@ -255,6 +290,11 @@ class Stagewise:
 
 def make_schedule(method: str, config: ScheduleConfig) -> Schedule:
     config.validate()
+    if config.overlap and method not in ALTERNATING:
+        raise ValueError(
+            f"schedule.overlap: method {method!r} does not alternate phases; overlap pipelines "
+            f"{', '.join(ALTERNATING)}"
+        )
     if method == "weight-only":
         return WeightOnly()
     if method == "harness-only":
