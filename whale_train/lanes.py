@@ -185,7 +185,7 @@ class LaneLLM:
     by the trainer while a unit runs), so the agent proposer's tries run between units, on the lane that
     owns the model, and are charged as before (to the iteration, ``proposer_rollouts``)."""
 
-    def __init__(self, llm: Any, lock: threading.Lock):
+    def __init__(self, llm: Any, lock: Any):
         self._llm, self._lock = llm, lock
 
     def __getattr__(self, name: str) -> Any:
@@ -238,6 +238,9 @@ def lane_metrics(events: list[dict[str, Any]]) -> dict[str, Any] | None:
       end) in which the accelerator lane ran no unit or evaluation;
     * ``proposer_wait_share``: the share of that span in which it was blocked on a proposer's reply;
     * ``wall_per_cycle``: the span over the harness phases begun (cycles of weights + harness);
+    * ``cycle_seconds``: each full cycle's wall-clock, from one harness phase's re-scoring to the next's;
+      ``steady_idle_share``: the idle share over those full cycles (a run's first weight phase and its
+      last proposal have nothing to overlap with, so the whole run's share is higher by their part);
     * ``version_gaps``: per scored iteration, the model versions between its proposer's traces and its
       scoring (``mean_version_gap``, ``max_version_gap``).
     """
@@ -248,9 +251,17 @@ def lane_metrics(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     span = max(b for _, b, _ in accel) - min(a for a, _, _ in accel)
     busy = _union([(a, b) for a, b, _ in accel])
     waited = sum(b - a for a, b, _ in lanes["wait"])
-    cycles = sum(
-        1 for e in events if e["event"] == "unit" and (e.get("signals") or {}).get("kind") == "rescore"
-    )
+    starts = [
+        e["t_start"]
+        for e in events
+        if e["event"] == "unit" and "t_start" in e and (e.get("signals") or {}).get("kind") == "rescore"
+    ]
+    cycles = len(starts)
+    steady = None
+    if cycles > 1:
+        a, b = starts[0], starts[-1]
+        inside = [(max(x, a), min(y, b)) for x, y, _ in accel if y > a and x < b]
+        steady = round(1 - _union(inside) / (b - a), 4)
     gaps = [
         e["proposal"]["version_gap"]
         for e in events
@@ -262,6 +273,8 @@ def lane_metrics(events: list[dict[str, Any]]) -> dict[str, Any] | None:
         "proposer_wait_share": round(waited / span, 4) if span > 0 else 0.0,
         "cycles": cycles,
         "wall_per_cycle": round(span / cycles, 2) if cycles else None,
+        "cycle_seconds": [round(b - a, 2) for a, b in zip(starts, starts[1:], strict=False)],
+        "steady_idle_share": steady,
         "version_gaps": gaps,
         "mean_version_gap": round(sum(gaps) / len(gaps), 3) if gaps else None,
         "max_version_gap": max(gaps) if gaps else None,

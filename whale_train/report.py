@@ -2,7 +2,10 @@
 
 Writes ``report.md`` and ``plots/`` (PNG): test mean@k against rollouts with one line per run, the
 phase timeline of each run (weight phases and harness phases shaded on the rollout axis), and the
-harness lineage of each run's archive (candidates, parents, accepted incumbents).
+harness lineage of each run's archive (candidates, parents, accepted incumbents). Runs with lanes
+(``schedule.overlap``, or an injected proposer latency) also get the two lanes against wall-clock
+(the accelerator's units and evaluations, the proposer's work, the accelerator's waits for it) and a
+table of what the overlap is measured by (``whale_train.lanes.lane_metrics``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+
+from whale_train.lanes import lane_intervals, lane_metrics
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -72,6 +77,8 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         "switches": [e for e in events if e["event"] == "switch"],
         "evals": evals,
         "units": units,
+        "lanes": lane_metrics(events),
+        "lane_intervals": lane_intervals(events),
     }
 
 
@@ -159,6 +166,65 @@ def plot_timeline(summaries: list[dict[str, Any]], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+LANE_COLORS = {"weight": "#4c72b0", "harness": "#dd8452", "eval": "#999999", "proposer": "#55a868"}
+
+
+def plot_lanes(summaries: list[dict[str, Any]], path: Path) -> Path | None:
+    """Two rows per run with lanes, against wall-clock: the accelerator lane (RSFT steps, harness scoring
+    and re-scoring, evaluations; its waits for the proposer hatched) and the proposer lane (each
+    iteration's proposer, from its request to its reply). None when no run has lane timings."""
+    runs = [s for s in summaries if s["lanes"]]
+    if not runs:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.9 * len(runs)))
+    labels = []
+    for row, s in enumerate(runs):
+        lanes = s["lane_intervals"]
+        y_acc, y_prop = 2 * row + 1, 2 * row
+        for a, b, what in lanes["accelerator"]:
+            kind = "weight" if what == "weight" else "eval" if what == "eval" else "harness"
+            ax.barh(y_acc, b - a, left=a, color=LANE_COLORS[kind], edgecolor="white", linewidth=0.3)
+        for a, b, _ in lanes["wait"]:
+            ax.barh(y_acc, b - a, left=a, color="none", edgecolor="#c44e52", hatch="///", linewidth=0.5)
+        for a, b, _ in lanes["proposer"]:
+            ax.barh(y_prop, b - a, left=a, color=LANE_COLORS["proposer"], edgecolor="white", linewidth=0.3)
+        labels += [f"{s['name']}: proposer", f"{s['name']}: accelerator"]
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xlabel("wall-clock (s since the run started)")
+    names = ["RSFT step", "harness scoring", "evaluation", "proposer at work", "waiting for the proposer"]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in LANE_COLORS.values()]
+    handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="#c44e52", hatch="///"))
+    ax.legend(
+        handles, names, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False
+    )
+    ax.set_title("Lanes against wall-clock", pad=34)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def lanes_table(summaries: list[dict[str, Any]]) -> list[str]:
+    """The overlap's measurements per run with lanes (nothing without any)."""
+    runs = [s for s in summaries if s["lanes"]]
+    if not runs:
+        return []
+    lines = [
+        "| run | accelerator idle | waiting for the proposer | idle over full cycles | wall s per cycle | "
+        "version gap (mean / max) |",
+        "|" + "---|" * 6,
+    ]
+    for s in runs:
+        m = s["lanes"]
+        steady = m.get("steady_idle_share")
+        gap = "—" if m["mean_version_gap"] is None else f"{m['mean_version_gap']:g} / {m['max_version_gap']}"
+        lines.append(
+            f"| {s['name']} | {100 * m['accelerator_idle_share']:.1f}% | {100 * m['proposer_wait_share']:.1f}% | "
+            f"{'—' if steady is None else f'{100 * steady:.1f}%'} | {m['wall_per_cycle'] or '—'} | {gap} |"
+        )
+    return [*lines, ""]
 
 
 def accepted_ids(archive: Path) -> set[str]:
@@ -297,6 +363,9 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
     acc = plot_accuracy(summaries, plots / "accuracy_vs_rollouts.png")
     timeline = plot_timeline(summaries, plots / "phase_timeline.png")
     lines += [f"![accuracy]({acc.relative_to(out)})", "", f"![timeline]({timeline.relative_to(out)})", ""]
+    lanes = plot_lanes(summaries, plots / "lanes.png")
+    if lanes:
+        lines += ["## Lanes", "", *lanes_table(summaries), f"![lanes]({lanes.relative_to(out)})", ""]
     for d, s in zip(dirs, summaries, strict=True):
         lines += [
             f"## {s['name']}",

@@ -17,6 +17,8 @@ adaptive       a weight phase runs at least ``min_weight_epochs``, then ends onc
                best, and at ``max_iterations``
 stagewise      all the weight budget first (``stagewise_weight_share`` of the rollouts), then harness search
 fst            Fast-Slow Training: short fixed phases, with a prompt-only harness search
+whale-overlap  whale with ``overlap: true``: each harness iteration's proposer works while the next weight
+               phase trains (below)
 =============  =============================================================================================
 
 With ``overlap: true`` (methods that alternate: whale, adaptive, fst) a harness iteration's proposer works
@@ -31,14 +33,17 @@ row (such an iteration costs no rollouts, so the budget alone would never end th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from whale_train.config_io import Config, option
 
-METHODS = ("whale", "adaptive", "weight-only", "harness-only", "stagewise", "fst")
+METHODS = ("whale", "adaptive", "weight-only", "harness-only", "stagewise", "fst", "whale-overlap")
 #: The methods that alternate weight and harness phases: the ones ``overlap`` can pipeline.
-ALTERNATING = ("whale", "adaptive", "fst")
+ALTERNATING = ("whale", "adaptive", "fst", "whale-overlap")
+#: Methods that always overlap (``whale-overlap``: whale's ``(E, I)`` with ``overlap: true``).
+OVERLAPPED = ("whale-overlap",)
 #: The clocks an injected proposer latency is measured on (``ScheduleConfig.latency_clock``).
 LATENCY_CLOCKS = ("wall", "rollouts")
 
@@ -67,13 +72,21 @@ class RunState:
     harness_improved: list[bool] = field(default_factory=list)  # this harness phase: a new best?
     weight_rollouts: int = 0  # all weight-phase rollouts so far
     empty_iterations: int = 0  # harness iterations in a row whose proposer proposed no candidate at all
+    # lanes (``overlap`` or an injected proposer latency: whale_train.trainer.lanes_run): the harness phase
+    # whose iterations go on beside the weight phase, the proposal in flight and the proposer lane's clock
+    side_open: bool = False
+    side_index: int = 0  # its phase index (``phases`` when it began)
+    side_units: int = 0  # its units so far, the re-scoring included
+    side_improved: list[bool] = field(default_factory=list)
+    pending: dict | None = None  # the proposal asked for and not yet scored (``lanes.Request`` + requested_t)
+    lane_clock: float = 0.0  # the proposer lane's clock when this state was saved
 
     def start_phase(self, phase: str) -> None:
         self.phase, self.phase_units, self.phases = phase, 0, self.phases + 1
         self.train_rewards, self.harness_improved = [], []
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {k: (list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}
 
 
 class Schedule(Protocol):
@@ -288,6 +301,56 @@ class Stagewise:
         )
 
 
+#: method -> the policy it runs (a factory of its ``ScheduleConfig``); registered with :func:`policy`.
+POLICIES: dict[str, Callable[[ScheduleConfig], Schedule]] = {}
+
+
+def policy(
+    *methods: str,
+) -> Callable[[Callable[[ScheduleConfig], Schedule]], Callable[[ScheduleConfig], Schedule]]:
+    def register(factory: Callable[[ScheduleConfig], Schedule]) -> Callable[[ScheduleConfig], Schedule]:
+        for method in methods:
+            POLICIES[method] = factory
+        return factory
+
+    return register
+
+
+@policy("weight-only")
+def _weight_only(_c: ScheduleConfig) -> Schedule:
+    return WeightOnly()
+
+
+@policy("harness-only")
+def _harness_only(_c: ScheduleConfig) -> Schedule:
+    return HarnessOnly()
+
+
+@policy("whale", "whale-overlap")
+def _whale(c: ScheduleConfig) -> Schedule:
+    return Fixed(c.weight_epochs, c.harness_iterations)
+
+
+@policy("fst")
+def _fst(c: ScheduleConfig) -> Schedule:
+    return Fixed(c.fst_weight_epochs, c.fst_iterations)
+
+
+@policy("adaptive")
+def _adaptive(c: ScheduleConfig) -> Schedule:
+    return Adaptive(c)
+
+
+@policy("stagewise")
+def _stagewise(c: ScheduleConfig) -> Schedule:
+    return Stagewise(c.stagewise_weight_share)
+
+
+def overlaps(method: str, config: ScheduleConfig) -> bool:
+    """Whether a run of ``method`` overlaps a harness phase's proposer with the next weight phase."""
+    return method in OVERLAPPED or (config.overlap and method in ALTERNATING)
+
+
 def make_schedule(method: str, config: ScheduleConfig) -> Schedule:
     config.validate()
     if config.overlap and method not in ALTERNATING:
@@ -295,16 +358,6 @@ def make_schedule(method: str, config: ScheduleConfig) -> Schedule:
             f"schedule.overlap: method {method!r} does not alternate phases; overlap pipelines "
             f"{', '.join(ALTERNATING)}"
         )
-    if method == "weight-only":
-        return WeightOnly()
-    if method == "harness-only":
-        return HarnessOnly()
-    if method == "whale":
-        return Fixed(config.weight_epochs, config.harness_iterations)
-    if method == "fst":
-        return Fixed(config.fst_weight_epochs, config.fst_iterations)
-    if method == "adaptive":
-        return Adaptive(config)
-    if method == "stagewise":
-        return Stagewise(config.stagewise_weight_share)
-    raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+    if method not in POLICIES:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+    return POLICIES[method](config)
