@@ -23,7 +23,8 @@ install: $(VENV)/.installed
 
 # Two stamps: .installed-base is the package alone (what `make demo` needs: torch, transformers, trl,
 # the envs, TensorBoard and the plots), .installed adds the `dev` extra (pytest, ruff, the trackers,
-# Ray, accelerate, CairoSVG: what `make test` needs). `make demo` then `make test` installs only the rest.
+# Ray, accelerate, CairoSVG: what `make test` needs) and the `envs` extra (verifiers, reasoning-gym).
+# `make demo` then `make test` installs only the rest.
 $(VENV)/.installed-base: setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -32,7 +33,7 @@ $(VENV)/.installed-base: setup.cfg pyproject.toml
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.installed-base
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,envs]'
 	touch $@
 
 install-pinned: $(PINNED)/.installed
