@@ -35,6 +35,7 @@ from whale_envs.text_env import ActionError, Outcome, TextEnv
 CHESS_ID = "whale/Chess-v0"
 MATH_ID = "whale/Math-v0"
 SEARCH_QA_ID = "whale/SearchQA-v0"
+REASONING_GYM_ID = "whale/ReasoningGym-v0"
 
 #: Every env this package registers: id -> entry point. The domain's task sources are registered
 #: when its subpackage (``whale_envs.<domain>``) is imported.
@@ -42,6 +43,7 @@ ENVS: dict[str, str] = {
     CHESS_ID: "whale_envs.chess:ChessEnv",
     SEARCH_QA_ID: "whale_envs.search:SearchQAEnv",
     MATH_ID: "whale_envs.math:MathEnv",
+    REASONING_GYM_ID: "whale_envs.reasoning_gym:ReasoningGymEnv",
 }
 
 
@@ -57,6 +59,7 @@ __all__ = [
     "CHESS_ID",
     "ENVS",
     "MATH_ID",
+    "REASONING_GYM_ID",
     "SEARCH_QA_ID",
     "SPLITS",
     "ActionError",
