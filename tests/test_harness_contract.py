@@ -96,7 +96,7 @@ def test_module_views_do_not_lead_to_os():
 
 def test_every_shipped_harness_validates():
     names = shipped_harnesses()
-    assert {n.split("/")[0] for n in names} == {"chess_puzzles", "math", "search_qa"}
+    assert {n.split("/")[0] for n in names} == {"chess_puzzles", "generic", "math", "search_qa"}
     for name in names:
         ref = load_harness(name)
         assert ref.shipped and ref.class_name
@@ -212,9 +212,12 @@ def test_check_harness_rejects_a_math_solver():
 
 @pytest.mark.parametrize("name", shipped_harnesses())
 def test_every_seed_harness_passes_check_harness(name):
-    env_id = {"chess_puzzles": "whale/Chess-v0", "math": "whale/Math-v0", "search_qa": "whale/SearchQA-v0"}[
-        name.split("/")[0]
-    ]
+    env_id = {
+        "chess_puzzles": "whale/Chess-v0",
+        "generic": "whale/ReasoningGym-v0",
+        "math": "whale/Math-v0",
+        "search_qa": "whale/SearchQA-v0",
+    }[name.split("/")[0]]
     report = check_harness(name, env_id, n_tasks=8)
     assert report.ok, str(report)
     assert report.episodes == 48  # 8 tasks x 2 samples x 3 stand-in models

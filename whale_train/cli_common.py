@@ -136,9 +136,16 @@ def progress_bar(description: str, total: int):
         yield lambda: bar.advance(job)
 
 
-def env_domain(env_id: str) -> str:
-    """The folder of an env's shipped harnesses (``whale/Chess-v0`` -> ``chess_puzzles``)."""
-    return {"chess": "chess_puzzles", "math": "math", "search": "search_qa"}[_domain_of(env_id)]
+#: The folder of the shipped harnesses that drive any text env (``generic/h0``).
+GENERIC_HARNESSES = "generic"
+
+
+def env_domain(env_id: str) -> str | None:
+    """The folder of an env's shipped harnesses (``whale/Chess-v0`` -> ``chess_puzzles``); None for an env
+    that ships none (``whale/ReasoningGym-v0``: only the generic ones drive it)."""
+    if env_id not in whale_envs.ENVS:
+        return None
+    return {"chess": "chess_puzzles", "math": "math", "search": "search_qa"}.get(_domain_of(env_id))
 
 
 def _check_env(env_id: str) -> None:
@@ -168,10 +175,10 @@ def load_harness_for(spec: str, env_id: str, *, trusted: bool = False):
         raise CLIError(f"harness {spec!r} fails validation: {exc}") from None
     if harness.shipped and env_id in gym.registry:
         domain, want = harness.name.split("/")[0], env_domain(env_id)
-        if domain != want:
+        if domain not in (want, GENERIC_HARNESSES):
+            fits = [*(_shipped(want) if want else []), *_shipped(GENERIC_HARNESSES)]
             raise CLIError(
-                f"--harness {spec} is a {domain} harness and cannot drive {env_id}; "
-                f"use one of {want}/*: {', '.join(_shipped(want))}"
+                f"--harness {spec} is a {domain} harness and cannot drive {env_id}; use one of: {', '.join(fits)}"
             )
     if trusted and not harness.shipped:
         raise CLIError(

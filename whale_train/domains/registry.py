@@ -11,7 +11,8 @@ the ``module:EnvId`` form (the module is imported first, as ``gym.make`` does, s
 there counts). An env with no registered domain gets a generic one: its ``info`` fields are read from
 one ``reset``, the first ``info`` field holding a list of strings is taken as its list of valid
 actions, and the offline proposer uses the domain-agnostic mechanisms (``library/generic.py``). Its
-base harness must then come from the config (``harness:``) or ``--harness``.
+base harness is the shipped ``generic/h0`` (the observation in, the reply out) unless the config
+(``harness:``) or ``--harness`` names one.
 
 Library and formats are named by ``"module:NAME"`` strings, resolved on first use (like a Gymnasium
 entry point), so the registry imports nothing heavy and nothing that imports it back.
@@ -31,6 +32,8 @@ import whale_envs  # noqa: F401  (registers the built-in envs)
 
 #: ``info`` keys every ``TextEnv`` sets; not worth telling a proposer about one by one.
 COMMON_INFO = ("task_id", "turn", "max_turns", "error", "error_kind")
+#: The base harness of an env with no registered domain: it drives any text env.
+GENERIC_HARNESS = "generic/h0"
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,13 @@ def _generic(env_id: str) -> Domain:
     name = (
         re.sub(r"[^a-z0-9]+", "-", env_id.rpartition(":")[2].rpartition("/")[2].lower()).strip("-") or "env"
     )
-    return Domain(name=name, env_id=env_id, info_fields=(*fields, *COMMON_INFO[3:]), options_field=options)
+    return Domain(
+        name=name,
+        env_id=env_id,
+        base_harness=GENERIC_HARNESS,
+        info_fields=(*fields, *COMMON_INFO[3:]),
+        options_field=options,
+    )
 
 
 def load_ref(ref: str) -> Any:
