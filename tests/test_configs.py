@@ -20,8 +20,9 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 #: The task source of the smoke runs: small train/harness/test splits (chess 56 / 6 / 18 tasks, math
 #: 57 / 15 / 8, search 57 / 12 / 11).
 SMOKE_TASKS = "generated?difficulty=1&size=80"
-#: configs/<domain>/ for every registered (at collection: built-in) domain -> its env and the smoke tasks.
-DOMAINS = {d.name: (d.env_id, SMOKE_TASKS) for d in registered()}
+#: configs/<domain>/ for every built-in domain (one shipping its harnesses; at collection, an adapter such as
+#: whale/Verifiers-v0 ships none and no configs) -> its env and the smoke tasks.
+DOMAINS = {d.name: (d.env_id, SMOKE_TASKS) for d in registered() if d.harness_dir}
 GPU = {
     "math_whale": (get_domain("math").env_id, "Qwen/Qwen3.5-2B"),
     "search_whale": (get_domain("search").env_id, "Qwen/Qwen3.5-2B"),

@@ -9,7 +9,7 @@ register_domain(Domain(name="coin", env_id="Coin-v0", base_harness="path/to/h0.p
 
 from __future__ import annotations
 
-from whale_train.domains import chess, math, search  # noqa: F401  (each registers its domain)
+from whale_train.domains import chess, math, search, verifiers  # noqa: F401  (each registers its domain)
 from whale_train.domains.registry import (
     Domain,
     domain_for,
