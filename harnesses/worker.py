@@ -18,9 +18,12 @@ user's opt-in (the sandbox tells the worker so; its probe checks the namespaces 
 with the episode id of the pipe it came from, so an episode cannot act for another, and it checks
 each message (size, JSON, shape) before anything reaches the trusted process.
 
-The program is self-contained (``worker_program()`` returns its source, with ``harnesses.base``,
-``harnesses.validate`` and ``whale_envs._children`` inlined as modules) because the sandbox hides this
-project's packages from the code it runs: the bundled data sits next to them and holds answers.
+The worker is a sandbox program like the sandbox's own (:mod:`whale_envs.sandbox.bundle`): this module
+runs as ``__main__`` of a ``main.py`` that carries it and the texts of the modules it needs (the harness
+API, ``whale_envs._children``, and the shipped harnesses, which a harness may build on), because the
+sandbox hides this project's packages from the code it runs: the bundled data sits next to them and
+holds answers. Its arguments name the shipped harness modules (the harness API finds them from the
+package's files, which are not there). ``worker_program()`` returns that ``main.py``.
 
 Protocol (one JSON object per line; worker → trusted on stdout, trusted → worker on stdin)::
 
@@ -45,7 +48,6 @@ import select
 import signal
 import sys
 import traceback
-from pathlib import Path
 
 from whale_envs._children import isolate_episode, reap_exited
 
@@ -56,40 +58,18 @@ MAX_DEPTH = 32
 #: Replies an episode may leave unread before it is ended.
 MAX_PENDING_BYTES = 64 * 1024 * 1024
 
-#: Modules inlined into the worker program, in import order.
-_INLINE = ("whale_envs._children", "harnesses.base", "harnesses.validate")
+#: The worker program: this module, run as ``__main__``.
+PROGRAM = "harnesses.worker"
 
 
 def worker_program() -> str:
-    """The worker's full source: the inlined modules (the harness API and the shipped harnesses, which
-    a harness may build on), then this file, then ``main()``."""
+    """The worker's ``main.py``: this module as the program, carrying the shipped harness modules and
+    naming them in its arguments (see :func:`_run_program`)."""
     from harnesses.validate import shipped_modules
+    from whale_envs.sandbox import bundle
 
-    here = Path(__file__).resolve().parent
-    names = list(_INLINE) + sorted(shipped_modules())
-    sources = {
-        name: (here.parent / (name.replace(".", "/") + ".py")).read_text(encoding="utf-8") for name in names
-    }
-    packages = sorted({name.rsplit(".", 1)[0] for name in names})
-    own = Path(__file__).read_text(encoding="utf-8")
-    return (
-        "import importlib.abc, importlib.util, sys\n"
-        f"_SOURCES = {sources!r}\n"
-        f"_PACKAGES = {packages!r}\n"
-        "class _Inline(importlib.abc.MetaPathFinder, importlib.abc.Loader):\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name in _SOURCES or name in _PACKAGES:\n"
-        "            return importlib.util.spec_from_loader(name, self, is_package=name in _PACKAGES)\n"
-        "    def exec_module(self, module):\n"
-        "        src = _SOURCES.get(module.__name__, '')\n"
-        "        exec(compile(src, module.__name__.replace('.', '/') + '.py', 'exec'), module.__dict__)\n"
-        "sys.meta_path.insert(0, _Inline())\n"
-        "import harnesses.validate\n"
-        f"harnesses.validate.SHIPPED_MODULES = frozenset({sorted(shipped_modules())!r})\n"
-        f"_SOURCES['harnesses.worker'] = {own!r}\n"
-        "import harnesses.worker\n"
-        "harnesses.worker.main()\n"
-    )
+    shipped = sorted(shipped_modules())
+    return bundle.program(PROGRAM, *shipped, extra=shipped)
 
 
 class _Channel:
@@ -512,3 +492,16 @@ def main() -> None:
     template.loop(0)
     for episode in list(template.children):
         template.end(episode, report=False)
+
+
+def _run_program(shipped: list[str]) -> None:
+    """The program of :func:`worker_program`: the harness API is told the shipped harness modules it
+    carries (``shipped``, its arguments), then :func:`main`."""
+    import harnesses.validate
+
+    harnesses.validate.SHIPPED_MODULES = frozenset(shipped)
+    main()
+
+
+if __name__ == "__main__":
+    _run_program(sys.argv[1:])

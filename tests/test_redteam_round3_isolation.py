@@ -29,7 +29,13 @@ import pytest
 import whale_train.rollout.executors as executors
 from harnesses.loader import shipped_harnesses
 from harnesses.validate import HarnessValidationError, ValidationReport, load_class, validate_source
-from tests.test_redteam_worker import reported, rollouts, unlinted  # noqa: F401 - unlinted: a fixture
+from tests.test_redteam_worker import (  # noqa: F401 - unlinted: a fixture
+    UNLINTED,
+    changed_worker_program,
+    reported,
+    rollouts,
+    unlinted,
+)
 
 HEADER = "from harnesses.base import Harness\n"
 
@@ -364,17 +370,15 @@ def test_an_episode_is_refused_where_its_namespaces_cannot_be_made(unlinted, mon
     """Fail closed: when the kernel refuses an episode's namespaces, the episode does not run (its
     error says why), unless the run is unisolated by the user's opt-in (the sandbox then tells the
     worker ``WHALE_SANDBOX_ISOLATION=none``). The load check is left isolated: episodes are refused."""
-    program = executors.worker_program()  # the lint-bypassing program of ``unlinted``
 
-    def refusing(opt_in: str) -> str:
-        return program.replace(
-            "harnesses.worker.main()\n",
-            "import os, sys\n_real = harnesses.worker.isolate_episode\n"
+    def refusing(opt_in: str) -> str:  # the lint-bypassing program of ``unlinted``, the kernel refusing
+        return changed_worker_program(
+            UNLINTED + "_real = isolate_episode\n"
             "def _refuse():\n"
             "    if sys._getframe(2).f_code.co_name != '_episode':\n"
             "        return _real()\n"
             "    raise OSError(1, 'unshare: Operation not permitted')\n"
-            f"harnesses.worker.isolate_episode = _refuse\n{opt_in}harnesses.worker.main()\n",
+            f"isolate_episode = _refuse\n{opt_in}"
         )
 
     ref = unlinted("env.reset()\nenv.step('report ran')")

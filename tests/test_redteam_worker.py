@@ -9,16 +9,20 @@ pipes, leave files or processes for a later episode, or crash the trusted side w
 
 from __future__ import annotations
 
+import ast
 import time
 import uuid
+from unittest import mock
 
 import gymnasium as gym
 import pytest
 
+import harnesses.worker as worker
 import whale_train.rollout.executors as executors
 from harnesses.loader import HarnessRef, harness_from_source
-from harnesses.worker import worker_program
+from harnesses.validate import shipped_modules
 from tests.procs import carrying
+from whale_envs.sandbox import bundle
 from whale_train.llm.scripted import ScriptedLLM
 from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts
 
@@ -58,19 +62,39 @@ def on_the_first_task(ref: HarnessRef) -> HarnessRef:
     return HarnessRef(ref.name, f"FIRST = {env.problem.question!r}\n" + ref.source, "attack", "H", False)
 
 
+#: Where the worker module starts its program: a test's change to the worker goes just before it.
+_START = 'if __name__ == "__main__":\n'
+
+#: The lint bypass: the worker loads harness code with full builtins and no validation.
+UNLINTED = (
+    "import harnesses.validate\n"
+    "def _unlinted(first):\n"
+    "    ns = {'__name__': 'attack'}\n"
+    "    exec(first['source'], ns)\n"
+    "    return ns['H']\n"
+    "_load = _unlinted\n"
+    "harnesses.validate.prepare = lambda source, filename='': (None, None)\n"
+)
+
+
+def changed_worker_program(change: str) -> str:
+    """The worker program (the bundler's, as the sandbox starts it) whose worker module runs ``change``,
+    top-level code in its own namespace, before it starts: how a test plays an attacker who got past the
+    lint, or a kernel that refuses namespaces. The worker module on the host is not touched."""
+    real = bundle.module_source
+    text = real(worker.PROGRAM)
+    assert text.count(_START) == 1
+    changed = text.replace(_START, change + _START)
+    with mock.patch.object(
+        bundle, "module_source", lambda name: changed if name == worker.PROGRAM else real(name)
+    ):
+        return worker.worker_program()
+
+
 @pytest.fixture
 def unlinted(monkeypatch):
     """The worker loads harness code with full builtins and no validation (a lint bypass)."""
-    program = worker_program().replace(
-        "harnesses.worker.main()\n",
-        "def _unlinted(first):\n"
-        "    ns = {'__name__': 'attack'}\n"
-        "    exec(first['source'], ns)\n"
-        "    return ns['H']\n"
-        "harnesses.worker._load = _unlinted\n"
-        "harnesses.validate.prepare = lambda source, filename='': (None, None)\n"
-        "harnesses.worker.main()\n",
-    )
+    program = changed_worker_program(UNLINTED)
     assert "_unlinted" in program
     monkeypatch.setattr(executors, "worker_program", lambda: program)
 
@@ -86,6 +110,46 @@ def unlinted(monkeypatch):
 def reported(traj) -> str:
     """What an attacking episode reported about itself (it sends it as its last action)."""
     return traj.steps[-1].action if traj.steps else ""
+
+
+# ------------------------------------------------------------------------------------ the worker program
+
+
+def test_the_worker_is_a_sandbox_program_started_by_the_bundler():
+    """The worker's ``main.py`` is the bundler's (one loader for every program the sandbox runs): it
+    carries the worker, the harness API, the episode isolation and the shipped harnesses, nothing else
+    of the project (not the bundler that built it), and names the shipped harnesses in its arguments.
+    No program or loader is kept in a string literal of the worker module."""
+    shipped = sorted(shipped_modules())
+    program = worker.worker_program()
+    assert program == bundle.program(worker.PROGRAM, *shipped, extra=shipped)
+    carried = set(bundle.modules(worker.PROGRAM, shipped))
+    assert carried == {
+        worker.PROGRAM,
+        "whale_envs._children",
+        "harnesses.base",
+        "harnesses.validate",
+        *shipped,
+    }
+    assert program.endswith(f"{shipped!r})\n") and "harnesses.math.h0" in shipped
+    source = bundle.module_source(worker.PROGRAM)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                code = ast.parse(node.value)
+            except (SyntaxError, ValueError):  # not Python (or a lone surrogate)
+                continue
+            kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
+            assert not any(isinstance(n, kinds) for n in ast.walk(code)), node.value[:200]
+
+
+def test_a_harness_builds_on_shipped_ones_in_the_worker():
+    """Untrusted, a harness may import a shipped harness (which imports another): the worker carries
+    them and is told their names, so the lint in the worker allows the import and the episode runs."""
+    source = "from harnesses.math.vote import MathVote\nclass Mine(MathVote):\n    samples = 2\n"
+    trajs = rollouts(harness_from_source(source), n=2, llm=ScriptedLLM(["\\boxed{3}"]))
+    assert [t.error for t in trajs] == [None, None]
+    assert all(t.steps and t.steps[-1].action == "answer: 3" for t in trajs), [t.steps for t in trajs]
 
 
 # ------------------------------------------------------------------------------------ cross-episode state

@@ -10,11 +10,16 @@ the program and those modules' texts through :mod:`~whale_envs.sandbox.programs.
 * :func:`program`: the text of a ``main.py`` for the jail (no project files there), which carries them.
   A program that imports nothing of this project is its own text: nothing is loaded into its
   interpreter but what it imports (a pooled sandbox's code sees the interpreter of a cold start).
+
+Both take the program's arguments (its ``sys.argv[1:]``) and ``extra``: modules it imports by a name
+known only when it runs (the harness worker's shipped harnesses, which a harness may build on), carried
+with the modules they import. The bundler itself is never carried: a program may hold its own start.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 
 #: The folder holding the package ``whale_envs`` (a checkout or the installation's site-packages).
@@ -35,10 +40,11 @@ def module_source(name: str) -> str:
     return module_path(name).read_text(encoding="utf-8")
 
 
-def modules(entry: str) -> list[str]:
-    """``entry`` and every project module it imports, directly or not (``entry`` first). A program
-    imports them by absolute name; its packages are empty where it runs (their ``__init__`` is not run)."""
-    found = [entry]
+def modules(entry: str, extra: Iterable[str] = ()) -> list[str]:
+    """``entry``, the modules ``extra`` and every project module they import, directly or not (``entry``
+    first). A program imports them by absolute name; its packages are empty where it runs (their
+    ``__init__`` is not run)."""
+    found = [entry, *(name for name in extra if name != entry)]
     for name in found:  # grows while it is read
         for node in ast.walk(ast.parse(module_source(name), str(module_path(name)))):
             if isinstance(node, ast.ImportFrom) and node.level:
@@ -51,21 +57,22 @@ def modules(entry: str) -> list[str]:
                 continue
             for target in targets:
                 if target.split(".")[0] in _OWN and module_path(target).is_file() and target not in found:
-                    found.append(target)
+                    if target != __name__:  # this module starts the program; it does not run in it
+                        found.append(target)
     return found
 
 
-def command(python: str, entry: str, *args: str) -> list[str]:
+def command(python: str, entry: str, *args: str, extra: Iterable[str] = ()) -> list[str]:
     """Run program ``entry`` with ``args`` in a fresh ``python -I -S`` (the caller's environment,
     user site and installed packages out of it) on this host."""
     folder = str(module_path(LOADER).parent)
-    return [python, "-I", "-S", "-c", _START, folder, entry, ",".join(modules(entry)[1:]), *args]
+    return [python, "-I", "-S", "-c", _START, folder, entry, ",".join(modules(entry, extra)[1:]), *args]
 
 
-def program(entry: str) -> str:
-    """The text of a self-contained ``main.py`` that runs program ``entry``."""
-    names = modules(entry)
-    if len(names) == 1:
+def program(entry: str, *args: str, extra: Iterable[str] = ()) -> str:
+    """The text of a self-contained ``main.py`` that runs program ``entry`` with ``args``."""
+    names = modules(entry, extra)
+    if len(names) == 1 and not args:
         return module_source(entry)
     sources = {name: module_source(name) for name in names}
-    return f"{module_source(LOADER)}\n\nrun({entry!r}, {sources!r}, [])\n"
+    return f"{module_source(LOADER)}\n\nrun({entry!r}, {sources!r}, {list(args)!r})\n"
