@@ -32,6 +32,7 @@ def episode_files() -> list[str]:
     # is the same on every machine
     os.environ.setdefault("WHALE_SPLIT_SECRET", "whale-tests")
     from whale_train import cli
+    from whale_train.cli import eval as eval_command
 
     seen: set[str] = set()
     tracing = threading.Event()
@@ -43,7 +44,7 @@ def episode_files() -> list[str]:
             if name.startswith(ROOT + os.sep) and f"{os.sep}.venv{os.sep}" not in name:
                 seen.add(os.path.relpath(name, ROOT))
 
-    command = cli.cmd_eval
+    command = eval_command.cmd_eval
 
     def traced(args):
         tracing.set()

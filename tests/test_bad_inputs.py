@@ -125,12 +125,13 @@ def test_table_is_large_enough():
 
 def test_markup_in_messages_is_printed_as_text(capsys, monkeypatch):
     """Rich markup once swallowed `[gpu]` from "pip install 'whale-harness[gpu]'"."""
-    from whale_train import cli
+    from whale_train.cli import envs
+    from whale_train.errors import CLIError
 
     def fail(args):
-        raise cli.CLIError("the vllm backend needs `pip install 'whale-harness[gpu]'`")
+        raise CLIError("the vllm backend needs `pip install 'whale-harness[gpu]'`")
 
-    monkeypatch.setattr(cli, "cmd_envs", fail)
+    monkeypatch.setattr(envs, "cmd_envs", fail)
     assert main(["envs"]) == 2
     assert "whale-harness[gpu]" in capsys.readouterr().err
 

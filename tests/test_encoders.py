@@ -141,7 +141,7 @@ def test_built_and_served_embeddings_are_sentence_transformers_own(case, bert_di
     from sentence_transformers import SentenceTransformer
 
     from whale_train.cli import main
-    from whale_train.retriever_cli import make_backend
+    from whale_train.cli.retriever import make_backend
 
     pooling, normalize, prompts, prefixes = CASES[case]
     folder = st_folder(bert_dir, tmp_path / "encoder", pooling, normalize=normalize, prompts=prompts)
@@ -232,7 +232,7 @@ def test_prefixes_resolve_from_prompts_then_e5_then_none(bert_dir, tmp_path):
 
 def test_prefix_flags_are_recorded_and_the_server_uses_the_recorded_ones(bert_dir, tmp_path, capsys):
     from whale_train.cli import main
-    from whale_train.retriever_cli import make_backend
+    from whale_train.cli.retriever import make_backend
 
     folder = st_folder(
         bert_dir, tmp_path / "encoder", LEGACY["mean"], prompts={"query": "q: ", "document": "p: "}

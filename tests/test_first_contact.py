@@ -76,7 +76,7 @@ def test_train_with_openai_backend_and_no_model_stops_before_the_run_dir(tmp_pat
 def test_the_summary_of_failed_episodes_shows_the_line_that_says_what_failed():
     from types import SimpleNamespace
 
-    from whale_train.cli_common import error_headline, first_errors
+    from whale_train.evaluation import error_headline, first_errors
 
     model = "model_error: OpenAIError: the server says 404: model 'default' does not exist\n(then harness_error: x)"
     harness = 'harness_error: Traceback (most recent call last):\n  File "h.py", line 3, in act\n    f()\nKeyError: 5'
@@ -205,7 +205,7 @@ def test_ctrl_c_inside_a_finalizer_prints_no_traceback_and_still_stops_the_run(c
 def test_the_interrupted_line_says_what_was_kept_from_the_saved_state(tmp_path):
     import json
 
-    from whale_train.train_cli import stopped_message
+    from whale_train.cli.train import stopped_message
 
     state = {"units": 3, "schedule": {"rollouts": 768}, "rsft_steps": 3, "model_version": 3}
     (tmp_path / "state.json").write_text(json.dumps(state))

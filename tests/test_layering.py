@@ -133,8 +133,17 @@ def test_no_import_cycle_between_modules():
 
 
 def test_nothing_imports_the_cli():
-    """The subsystems raise ``whale_train.errors.CLIError``; only the command imports them (by name)."""
-    assert {m for m, targets in graph().items() if "whale_train.cli" in targets} == set()
+    """The subsystems raise ``whale_train.errors.CLIError``; only the commands (``whale_train.cli.*``)
+    import them, never the other way round, and only ``python -m whale_train.cli`` imports the assembled
+    command line (a command module imports its neighbours by name, never the package)."""
+    edges = graph()
+    outside = {m for m, targets in edges.items() if not _in_cli(m) and any(_in_cli(t) for t in targets)}
+    assert outside == set()
+    assert {m for m, targets in edges.items() if "whale_train.cli" in targets} == {"whale_train.cli.__main__"}
+
+
+def _in_cli(module: str) -> bool:
+    return module == "whale_train.cli" or module.startswith("whale_train.cli.")
 
 
 def test_the_built_in_env_ids_are_written_in_one_module():

@@ -329,12 +329,11 @@ def test_agent_iteration_on_the_openai_api_prototypes_in_the_jail_and_every_esca
 
 def test_agent_on_the_anthropic_api_through_whale_search(tmp_path, monkeypatch):
     """``whale search --proposer agent --llm-api anthropic``: tool_use/tool_result blocks, x-api-key."""
-    from whale_train import cli_common
-    from whale_train.cli import main
+    from whale_train.cli import common, main
 
     server = AgentServer("anthropic", key="sk-ant-test")
     monkeypatch.setenv("ANTHROPIC_API_KEY", server.key)
-    monkeypatch.setattr(cli_common, "_load_llm", lambda args: tool_shy_math_model())
+    monkeypatch.setattr(common, "load_llm", lambda args: tool_shy_math_model())
     out = tmp_path / "out"
     server.script = [
         [

@@ -173,12 +173,11 @@ def installed():
 
 
 def test_claude_code_writes_a_candidate_in_the_jail_and_every_escape_fails(installed, tmp_path, monkeypatch):
-    from whale_train import cli_common
-    from whale_train.cli import main
+    from whale_train.cli import common, main
 
     server = MessagesServer()
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    monkeypatch.setattr(cli_common, "_load_llm", lambda args: tool_shy_math_model())
+    monkeypatch.setattr(common, "load_llm", lambda args: tool_shy_math_model())
     out = tmp_path / "out"
     (out / "test").mkdir(parents=True)
     (out / "test" / "answers.json").write_text('{"secret": 42}')

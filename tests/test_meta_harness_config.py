@@ -183,7 +183,7 @@ def test_every_nested_field_has_help():
 
 
 def test_whale_search_flags_fill_the_nested_keys():
-    from whale_train.meta_harness.cli import search_config
+    from whale_train.cli.search import search_config
 
     args = argparse.Namespace(
         config=None,

@@ -293,7 +293,7 @@ def test_ivf_index_and_corpus_mismatch(encoder_dir, corpus, tmp_path):
 
 def test_cli_build_then_serve_backend(encoder_dir, corpus_file, tmp_path):
     from whale_train.cli import main
-    from whale_train.retriever_cli import make_backend
+    from whale_train.cli.retriever import make_backend
 
     out = tmp_path / "cli-idx"
 

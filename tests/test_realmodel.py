@@ -118,9 +118,9 @@ def test_a_failing_model_call_is_a_model_error_and_fails_its_episode_only():
 
 
 def test_whale_eval_with_a_broken_model_exits_non_zero(monkeypatch, capsys, tmp_path):
-    import whale_train.cli as cli
+    from whale_train.cli import common
 
-    monkeypatch.setattr(cli, "_load_llm", lambda _args: Broken(""))
+    monkeypatch.setattr(common, "load_llm", lambda _args: Broken(""))
     args = ["eval", "--env", "whale/Math-v0", "--harness", "math/h0", "--limit", "2", "--k", "1", "--trusted"]
     assert main(args) == 1
     captured = capsys.readouterr()

@@ -32,9 +32,9 @@ from whale_envs.splits import split_key
 from whale_envs.tasks import TaskSourceError
 from whale_envs.text_env import ActionError
 from whale_train.cli import main
-from whale_train.cli_common import load_harness_for
 from whale_train.domains import domain_for
 from whale_train.errors import CLIError
+from whale_train.harness_for import load_harness_for
 from whale_train.llm.scripted import ScriptedLLM
 from whale_train.meta_harness.archive import Archive
 from whale_train.meta_harness.library import library_for

@@ -204,7 +204,7 @@ def test_connections_over_the_cap_are_refused_not_threaded(backend):
 
 
 def test_default_limits_admit_512_clients_and_the_cli_shows_them():
-    from whale_train.retriever_cli import SERVER_LIMITS
+    from whale_train.cli.retriever import SERVER_LIMITS
 
     assert Limits().max_connections >= 512
     assert SERVER_LIMITS == dataclasses.asdict(Limits())  # the CLI's written-out defaults agree

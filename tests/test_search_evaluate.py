@@ -1,6 +1,6 @@
-"""The recall script scores BM25 and a dense encoder side by side on the same questions (issue 42 item 3):
-the dense column runs through the served index's code (a flat index per corpus) with a tiny random
-encoder built here from a config, and BM25's numbers do not move with the flag."""
+"""``whale retriever recall`` scores BM25 and a dense encoder side by side on the same questions (issue 42
+item 3): the dense column runs through the served index's code (a flat index per corpus) with a tiny
+random encoder built here from a config, and BM25's numbers do not move with the flag."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from whale_envs.search.evaluate import bm25_ranker, dense_ranker, main, retrieval_recall
+from whale_envs.search.evaluate import bm25_ranker, dense_ranker, retrieval_recall
 from whale_envs.tasks import make_source
+from whale_train.cli import main as whale
 
 SOURCE = "generated?size=8&difficulty=1-2&seed=3"  # eight questions, each over its own small world
 
@@ -38,8 +39,13 @@ def encoder_dir(tmp_path_factory):
     return str(folder)
 
 
+def main(argv: list[str]) -> int:
+    """``whale retriever recall ARGV``."""
+    return whale(["retriever", "recall", *argv])
+
+
 def rows(out: str) -> dict[tuple[str, str], list[str]]:
-    """{(source, retriever): cells after them} of the script's markdown table."""
+    """{(source, retriever): cells after them} of the command's markdown table."""
     table = {}
     for line in out.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -50,10 +56,10 @@ def rows(out: str) -> dict[tuple[str, str], list[str]]:
 
 
 def test_dense_column_runs_and_bm25_numbers_do_not_move(encoder_dir, tmp_path, capsys):
-    main([SOURCE, "--k", "1", "3"])
+    assert main([SOURCE, "--k", "1", "3"]) == 0
     alone = rows(capsys.readouterr().out)
     index_dir = tmp_path / "indexes"
-    main([SOURCE, "--k", "1", "3", "--encoder", encoder_dir, "--index-dir", str(index_dir)])
+    assert main([SOURCE, "--k", "1", "3", "--encoder", encoder_dir, "--index-dir", str(index_dir)]) == 0
     both = rows(capsys.readouterr().out)
     name = f"dense ({encoder_dir.rsplit('/', 1)[-1]})"
     assert set(both) == {(f"`{SOURCE}`", "bm25"), (f"`{SOURCE}`", name)}
@@ -91,9 +97,7 @@ def test_dense_ranking_is_the_encoders_cosine_order(encoder_dir, tmp_path):
 
 
 def test_bad_encoder_folder_is_one_line(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main([SOURCE, "--encoder", str(tmp_path)])
-    assert exit_info.value.code == 2
+    assert main([SOURCE, "--encoder", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "--encoder" in err and "no config.json" in err and "Traceback" not in err
 
@@ -104,20 +108,17 @@ def test_rows_print_as_they_finish_and_a_rerun_resumes(encoder_dir, tmp_path, ca
     from whale_envs.search import dense
 
     index_dir = str(tmp_path / "indexes")
-    with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                SOURCE,
-                "musique:no-such-file.json",
-                "--k",
-                "1",
-                "--encoder",
-                encoder_dir,
-                "--index-dir",
-                index_dir,
-            ]
-        )
-    assert exit_info.value.code == 2
+    args = [
+        SOURCE,
+        "musique:no-such-file.json",
+        "--k",
+        "1",
+        "--encoder",
+        encoder_dir,
+        "--index-dir",
+        index_dir,
+    ]
+    assert main(args) == 2
     captured = capsys.readouterr()
     name = f"dense ({encoder_dir.rsplit('/', 1)[-1]})"
     assert set(rows(captured.out)) == {(f"`{SOURCE}`", "bm25"), (f"`{SOURCE}`", name)}
@@ -131,11 +132,23 @@ def test_rows_print_as_they_finish_and_a_rerun_resumes(encoder_dir, tmp_path, ca
         return original(self, texts, query=query)
 
     monkeypatch.setattr(dense.Encoder, "encode", counting)
-    main([SOURCE, "--k", "1", "--encoder", encoder_dir, "--index-dir", index_dir])
+    assert main([SOURCE, "--k", "1", "--encoder", encoder_dir, "--index-dir", index_dir]) == 0
     assert rows(capsys.readouterr().out) == rows(captured.out) and sum(embedded) == 0
 
 
 def test_prefix_flags(encoder_dir, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main([SOURCE, "--encoder", encoder_dir, "--no-prefix", "--query-prefix", "query: "])
-    assert exit_info.value.code == 2 and "contradict" in capsys.readouterr().err
+    assert main([SOURCE, "--encoder", encoder_dir, "--no-prefix", "--query-prefix", "query: "]) == 2
+    assert "contradict" in capsys.readouterr().err
+
+
+def test_the_old_module_entry_points_to_the_command():
+    """``python -m whale_envs.search.evaluate`` (the docs' command before) says, in one line, what runs it now."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "whale_envs.search.evaluate"], capture_output=True, text=True
+    )
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "this table is `whale retriever recall [SOURCE...] [--k 1 3 5] [--encoder PATH]` now"
+    ]

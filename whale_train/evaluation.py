@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale_train.cli_common import first_errors
 from whale_train.rollout import (
     EpisodeLimits,
     RolloutConfig,
@@ -128,10 +127,15 @@ def evaluate(
     trusted: bool = False,
     limits: EpisodeLimits | None = None,
     progress: Callable[[Trajectory], None] | None = None,
+    env: Any = None,
 ) -> EvalResult:
     """Run ``harness`` (a ``HarnessRef``) with ``llm`` on every task of ``task_sets``, ``k`` samples each,
     episode seeds from ``seed`` (``rollout.records.stable_seed``); ``trusted`` runs a shipped harness in
-    this process, otherwise it runs in the sandboxed worker. ``progress(trajectory)`` after each episode."""
+    this process, otherwise it runs in the sandboxed worker. ``progress(trajectory)`` after each episode.
+    ``env``: the env of the one task set, already built and checked by ``rollout.preflight`` (see
+    ``run_rollouts``)."""
+    if env is not None and len(task_sets) != 1:
+        raise ValueError(f"env= is the env of one task set, and {len(task_sets)} were given")
     config = RolloutConfig(
         k=k, seed=seed, concurrency=concurrency, trusted=trusted, limits=limits or EpisodeLimits()
     )
@@ -139,8 +143,45 @@ def evaluate(
     trajs: list[Trajectory] = []
     for tasks in task_sets:
         trajs += run_rollouts(
-            harness, env_id, llm, tasks.ids, env_kwargs=tasks.env_kwargs, config=config, progress=progress
+            harness,
+            env_id,
+            llm,
+            tasks.ids,
+            env_kwargs=tasks.env_kwargs,
+            config=config,
+            progress=progress,
+            env=env,
         )
     wall = time.monotonic() - start
     sources = [tasks.source for tasks in task_sets if tasks.source is not None]
     return EvalResult(trajs, summary_of(trajs, sources), first_errors(trajs), wall)
+
+
+def first_errors(trajs) -> dict[str, dict]:
+    """Episodes that ended in an error (the harness raised, a model call failed, a timeout), by failure
+    category: how many, and the first message with its task, so a failure is never only in the traces."""
+    out: dict[str, dict] = {}
+    for t in trajs:
+        if not t.error:
+            continue
+        entry = out.setdefault(t.failure or "error", {"episodes": 0, "first": error_headline(t.error)})
+        entry["episodes"] += 1
+        entry.setdefault("task_id", t.task_id)
+    return out
+
+
+def error_headline(error: str) -> str:
+    """The line of an episode's error that says what went wrong: a traceback's exception (the lines after
+    its last frame), else the first line (a model error is ``model_error: ...`` first, then what
+    the harness did after it)."""
+    lines = [line for line in error.strip("\n").rstrip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    if frames and ("Traceback (most recent call last)" in lines[0] or frames[0] == 0):
+        after = lines[frames[-1] + 1 :]
+        start = next((i for i, line in enumerate(after) if not line[:1].isspace()), None)
+        if start is not None:
+            prefix = lines[0].split("Traceback")[0] if frames[0] > 0 else ""
+            return prefix + " ".join(line.strip() for line in after[start:])
+    return lines[0]

@@ -8,7 +8,8 @@ Hugging Face cache only), no index, cache or folder written, and no paid call (A
 the presence of their environment variable; the one network call is a 2 s POST of one query to each
 retrieval server, which costs it nothing).
 
-A run performs the same checks first, so a start that fails leaves no run folder.
+A run performs the same checks first, so a start that fails leaves no run folder; the test sets the
+checks build (:attr:`Report.test_sets`) are the run's, so it does not build them again.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class Context:
     resume: bool = False
     #: load errors already reported (the run's own tasks are also its default test set: one line, not two)
     seen: set[str] = field(default_factory=set)
+    #: the test sets (``trainer.eval_task_sets``), once the eval check has built them
+    test_sets: list[Any] | None = None
 
 
 @dataclass
@@ -61,6 +64,8 @@ class Report:
 
     checked: dict[str, list[str]]
     problems: list[Problem]
+    #: the test sets the eval check built (``whale train`` hands them to its ``Run``); None if it failed
+    test_sets: list[Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -109,7 +114,7 @@ def preflight(config: Any, out: str | Path | None = None, resume: bool = False) 
                 Problem(name, f"the check failed: {type(exc).__name__}: {_first_line(exc)}", "report it")
             )
         checked[name] = notes
-    return Report(checked, problems)
+    return Report(checked, problems, ctx.test_sets)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -154,8 +159,8 @@ def check_env(ctx: Context) -> Iterator[Problem | str]:
 
 @check("harness")
 def check_harness(ctx: Context) -> Iterator[Problem | str]:
-    from whale_train.cli_common import load_harness_for
     from whale_train.errors import CLIError
+    from whale_train.harness_for import load_harness_for
 
     try:
         load_harness_for(ctx.config.harness_name, ctx.config.env)
@@ -204,37 +209,40 @@ def check_tasks(ctx: Context) -> Iterator[Problem | str]:
 
 @check("eval")
 def check_eval(ctx: Context) -> Iterator[Problem | str]:
-    """Every test set loads and has tasks; one line per distinct error (seven test sets of one missing
-    file are one problem)."""
+    """Every test set loads, has tasks and shares no task id with another: built once
+    (``trainer.eval_task_sets``) and kept for the run in ``ctx.test_sets``."""
+    from whale_train.trainer import eval_task_sets
+
     config = ctx.config
+    try:
+        ctx.test_sets = eval_task_sets(config)
+    except Exception as exc:  # noqa: BLE001 - which test sets fail, and why, is found out below
+        yield from _eval_problems(ctx, exc)
+        return
+    for kwargs, tasks in zip(config.eval_sets, ctx.test_sets, strict=True):
+        yield f"{kwargs.get('tasks') or 'generated'}: {len(tasks.ids)} test tasks"
+
+
+def _eval_problems(ctx: Context, exc: Exception) -> Iterator[Problem]:
+    """Why the test sets failed to build: one line per distinct load error (seven test sets of one missing
+    file are one problem), else the error itself (two test sets that share task ids)."""
     errors: dict[str, list[str]] = {}
-    loaded: list[tuple[str, list[str]]] = []
-    for kwargs in config.eval_sets:
+    for kwargs in ctx.config.eval_sets:
         spec = kwargs.get("tasks") or "generated"
         ids, error = _load_tasks(ctx, kwargs)
         if error is None and not ids:
             error = f"no tasks in split {kwargs['split']!r}"
         if error is not None:
             errors.setdefault(error, []).append(spec)
-        else:
-            loaded.append((spec, ids))
     for error, specs in errors.items():
         if error in ctx.seen:
             continue
         more = f" (and {len(specs) - 1} more test set(s) of eval.tasks)" if len(specs) > 1 else ""
         yield Problem("eval", f"{specs[0]}: {error}{more}", _tasks_fix(error))
-    if errors:
-        return
-    from whale_train.trainer import eval_task_ids
-
-    try:
-        eval_task_ids(config)  # the ids of two test sets must not overlap
-    except ValueError as exc:
+    if not errors:
+        if not isinstance(exc, ValueError):
+            raise exc
         yield Problem("eval", _first_line(exc), "give each test set its own ids")
-        return
-    limit = config.eval.limit
-    for spec, ids in loaded:
-        yield f"{spec}: {min(len(ids), limit) if limit else len(ids)} test tasks"
 
 
 @check("model")

@@ -398,26 +398,3 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
-
-
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("report", help="report.md and plots from one or more run directories")
-    p.add_argument("runs", nargs="+", help="run directories (runs/NAME)")
-    p.add_argument(
-        "--out",
-        default=None,
-        help="where to write report.md and plots/ (default: a single run's own folder; for several "
-        "runs a folder beside the first, runs/report-A-B, so no run's own report is overwritten)",
-    )
-    p.set_defaults(func=cmd_report)
-
-
-def cmd_report(args) -> int:
-    from whale_train.errors import CLIError
-
-    try:
-        path = write_report(args.runs, args.out)
-    except (FileNotFoundError, ValueError) as exc:
-        raise CLIError(str(exc)) from None
-    print(f"wrote {path} and {path.parent / 'plots'}")
-    return 0

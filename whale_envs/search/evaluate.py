@@ -1,9 +1,9 @@
 """Retrieval quality of BM25, and of a dense encoder beside it: recall@k of the supporting passages, the
-question as the query.
+question as the query. Its command line is ``whale retriever recall``:
 
-    python -m whale_envs.search.evaluate            # the bundled samples, a markdown table
-    python -m whale_envs.search.evaluate "musique:QUESTIONS.json?corpus=CORPUS" --k 1 5 20
-    python -m whale_envs.search.evaluate --encoder ./e5-base-v2      # BM25 and dense, side by side
+    whale retriever recall            # the bundled samples, a markdown table
+    whale retriever recall "musique:QUESTIONS.json?corpus=CORPUS" --k 1 5 20
+    whale retriever recall --encoder ./e5-base-v2      # BM25 and dense, side by side
 
 ``recall@k`` is the mean over questions of the share of a question's supporting passages among the top
 ``k``; ``all@k`` the share of questions with every supporting passage in the top ``k``.
@@ -17,16 +17,14 @@ over each corpus with :func:`~whale_envs.search.dense.build_index`, searched by
 :class:`~whale_envs.search.dense.DenseIndex`). The indexes go to ``--index-dir`` (kept, and reused by
 the next run over the same corpus and encoder: a stopped run resumes) or to a temporary folder.
 
-Each table row is printed as soon as it is measured (the header first), so a run stopped part way has
-printed the rows it finished.
+The command prints each table row as soon as it is measured (:func:`markdown_header` first, then
+:func:`markdown_row`), so a run stopped part way has printed the rows it finished.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -163,70 +161,5 @@ def markdown(reports: Sequence[RecallReport]) -> str:
     return "\n".join([markdown_header(ks, by_retriever), *(markdown_row(r, by_retriever) for r in reports)])
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    # A generated world is drawn under the split key (whale_envs.splits): the recall of a generated source
-    # is measured on the worlds of the published demo secret unless WHALE_SPLIT_SECRET says otherwise, so
-    # the docs' numbers come out the same on every machine.
-    os.environ.setdefault("WHALE_SPLIT_SECRET", "whale-demo")
-    parser = argparse.ArgumentParser(
-        description="Recall@k of the supporting passages: BM25, and a dense encoder beside it (--encoder).",
-    )
-    parser.add_argument("sources", nargs="*", default=list(DEFAULT_SOURCES), help="task source specs")
-    parser.add_argument("--k", nargs="+", type=int, default=[1, 3, 5], help="cut-offs (default 1 3 5)")
-    parser.add_argument("--cache-dir", default=None, help="BM25 index cache folder (default: the usual one)")
-    parser.add_argument(
-        "--encoder",
-        default=None,
-        metavar="PATH",
-        help="a local encoder folder (Hugging Face or sentence-transformers; its prompts and pooling, e5's "
-        "prefixes for an e5 model): also report dense recall over a flat index of each corpus, on the same "
-        "questions",
-    )
-    parser.add_argument(
-        "--query-prefix", default=None, help="prepend this to queries (default: the encoder's own)"
-    )
-    parser.add_argument(
-        "--passage-prefix", default=None, help="prepend this to passages (default: the encoder's own)"
-    )
-    parser.add_argument("--no-prefix", action="store_true", help="embed without any prefix")
-    parser.add_argument(
-        "--index-dir", default=None, help="keep the dense indexes here (default: a temporary folder)"
-    )
-    parser.add_argument("--device", default="cpu", help="the encoder's torch device (default cpu)")
-    args = parser.parse_args(argv)
-    if any(k < 1 for k in args.k):
-        parser.error(f"--k: cut-offs must be positive, got {args.k}")
-    encoder = None
-    if args.encoder is not None:
-        from whale_envs.search.dense import DenseIndexError, Encoder
-
-        if args.no_prefix and (args.query_prefix is not None or args.passage_prefix is not None):
-            parser.error("--no-prefix and --query-prefix/--passage-prefix contradict each other")
-        prefixes = {"query_prefix": args.query_prefix, "passage_prefix": args.passage_prefix}
-        if args.no_prefix:
-            prefixes = {"query_prefix": "", "passage_prefix": ""}
-        try:
-            encoder = Encoder(args.encoder, device=args.device, **prefixes)
-        except DenseIndexError as exc:
-            parser.exit(2, f"error: --encoder: {exc}\n")
-        print(f"encoder {args.encoder}: {encoder.describe()}", file=sys.stderr, flush=True)
-    print(markdown_header(args.k, encoder is not None), flush=True)
-    with tempfile.TemporaryDirectory(prefix="whale-dense-") as scratch:
-        dense = dense_ranker(encoder, args.index_dir or scratch) if encoder is not None else None
-        name = f"dense ({Path(args.encoder).name})" if encoder is not None else ""
-        for spec in args.sources:
-            reports = []
-            try:
-                reports.append(retrieval_recall(spec, args.k, cache_dir=args.cache_dir))
-                print(markdown_row(reports[-1], dense is not None), flush=True)
-                if dense is not None:
-                    reports.append(retrieval_recall(spec, args.k, ranker=dense, retriever=name))
-                    print(markdown_row(reports[-1], True), flush=True)
-            except ValueError as exc:  # TaskSourceError and DenseIndexError are ValueErrors
-                parser.exit(2, f"error: {spec}: {exc}\n")
-            done = ", ".join(f"{r.retriever} {r.seconds:.1f}s" for r in reports)
-            print(f"{spec}: {reports[-1].questions} questions ({done})", file=sys.stderr, flush=True)
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the command moved to the whale command line (it parses its flags there)
+    sys.exit("this table is `whale retriever recall [SOURCE...] [--k 1 3 5] [--encoder PATH]` now")

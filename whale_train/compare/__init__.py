@@ -40,10 +40,9 @@ The package, one concern a module: :mod:`.stats` (mean ± SD, t-intervals, paire
 correction), :mod:`.plan` (the compare config and the grid of runs), :mod:`.runner` (subprocess runs,
 resume), :mod:`.record` (finished runs' small files, committed, from which a grid continues on a fresh
 machine), :mod:`.table` (``compare.json`` from the ledgers), :mod:`.verdict` (the claims and their
-verdicts), :mod:`.markdown` (``compare.md``), :mod:`.plots`, :mod:`.cli` (``whale compare``).
+verdicts), :mod:`.markdown` (``compare.md``), :mod:`.plots`; its command line is ``whale_train.cli.compare``.
 """
 
-from whale_train.compare.cli import add_parser, cmd_compare
 from whale_train.compare.plan import (
     REFERENCE,
     WHALE,
@@ -67,9 +66,7 @@ __all__ = [
     "CompareConfig",
     "Domain",
     "RunSpec",
-    "add_parser",
     "build_table",
-    "cmd_compare",
     "collect",
     "holm",
     "mean_sd",

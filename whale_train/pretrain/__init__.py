@@ -46,7 +46,6 @@ from whale_train.pretrain.card import (
     sha256,
     write_card,
 )
-from whale_train.pretrain.cli import add_parser, cmd_pretrain, command_line, pretrain
 from whale_train.pretrain.formats import (
     CHESS_FORMATS,
     MATH_FORMATS,
@@ -60,6 +59,7 @@ from whale_train.pretrain.formats import (
     math_expression,
     vote_prompt,
 )
+from whale_train.pretrain.job import command_line, pretrain
 from whale_train.pretrain.training import (
     DOMAINS,
     Batch,
@@ -93,12 +93,10 @@ __all__ = [
     "TextFormats",
     "TrainRecord",
     "_python_value",
-    "add_parser",
     "batches",
     "calculator_prompt",
     "calibrate",
     "chat_prompt",
-    "cmd_pretrain",
     "command_line",
     "example_text",
     "examples",

@@ -100,11 +100,15 @@ def run_rollouts(
     env_kwargs: dict[str, Any] | None = None,
     config: RolloutConfig | None = None,
     progress: Callable[[Trajectory], None] | None = None,
+    env: gym.Env | None = None,
 ) -> list[Trajectory]:
     """Run ``harness`` on every task × ``config.k`` samples; return the trajectories in task order.
 
     ``harness`` is a ``harnesses.loader.HarnessRef`` (source + name, from ``load_harness``). ``task_ids``
-    default to the env's split (``env_kwargs["split"]``, default ``test``).
+    default to the env's split (``env_kwargs["split"]``, default ``test``). ``env``: an env the caller
+    built with ``env_kwargs`` and already passed through :func:`preflight` with this config and harness
+    (``whale eval`` does both before it loads the model): the episodes start from it, and neither is
+    done again (the sandbox still refuses to run untrusted code without isolation).
     """
     config = config or RolloutConfig()
     env_kwargs = {"split": "test", **(env_kwargs or {})}
@@ -121,14 +125,15 @@ def run_rollouts(
                 return envs.pop()
         return gym.make(env_id, **env_kwargs)
 
-    def recycle(env: gym.Env) -> None:
+    def recycle(used: gym.Env) -> None:
         with _POOL_LOCK:
             envs = _ENV_POOL.setdefault(pool_key, [])
             if len(envs) < MAX_POOLED_ENVS:
-                envs.append(env)
+                envs.append(used)
 
-    probe = make_env()
-    preflight(config, probe.unwrapped, harness)
+    probe = env if env is not None else make_env()
+    if env is None:
+        preflight(config, probe.unwrapped, harness)
     ids = list(task_ids) if task_ids is not None else list(probe.unwrapped.task_ids)
     jobs = [(task_id, s) for s in range(config.k) for task_id in ids]
     recycle(probe)

@@ -1,7 +1,9 @@
-"""``whale compare``: the command line."""
+"""``whale compare CONFIG.yaml``: the methods x domains x seeds grid at matched budgets, from the command
+line (the grid itself: :mod:`whale_train.compare`)."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -10,23 +12,26 @@ from pathlib import Path
 import yaml
 
 from whale_train import placement
-from whale_train.cli_common import add_command
+from whale_train.cli.common import add_set_option
+from whale_train.cli.registry import command
 from whale_train.compare.plan import CompareConfig, plan
 from whale_train.compare.record import locate
 from whale_train.compare.runner import run_grid
 from whale_train.compare.table import collect, run_numbers
+from whale_train.errors import CLIError
 
 
-def add_parser(subparsers) -> None:
-    p = add_command(
-        subparsers,
-        "compare",
-        help="run the methods x domains x seeds grid at matched budgets; the comparison table and plots",
-        description="Run every (domain, method, seed) of a compare config (and its schedule ablation) as "
-        "`whale train` subprocesses at the same rollout budget per domain, --jobs at a time, then write "
-        "compare.md / compare.json and plots. Rerunning on the same --out skips finished runs and continues "
-        "unfinished ones.",
-        example="eval.limit=32; a train config field, for every run",
+@command(
+    "compare",
+    help="run the methods x domains x seeds grid at matched budgets; the comparison table and plots",
+    description="Run every (domain, method, seed) of a compare config (and its schedule ablation) as "
+    "`whale train` subprocesses at the same rollout budget per domain, --jobs at a time, then write "
+    "compare.md / compare.json and plots. Rerunning on the same --out skips finished runs and continues "
+    "unfinished ones.",
+)
+def arguments(p: argparse.ArgumentParser) -> None:
+    add_set_option(
+        p, "override a config field (dotted for nested: eval.limit=32; a train config field, for every run)"
     )
     p.add_argument("config", help="compare config (see configs/compare/)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (each with OMP_NUM_THREADS=1)")
@@ -110,9 +115,7 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=cmd_compare)
 
 
-def cmd_compare(args) -> int:
-    from whale_train.errors import CLIError
-
+def cmd_compare(args: argparse.Namespace) -> int:
     try:
         cfg = CompareConfig.load(args.config, args.overrides)
         if args.no_record:

@@ -1,8 +1,9 @@
-"""``whale train``: its command line (``add_parser``), the run it starts (:class:`whale_train.trainer.Run`),
-the follower ranks under ``accelerate launch`` and the summary table at the end."""
+"""``whale train``: its command line, the run it starts (:class:`whale_train.trainer.Run`), the follower
+ranks under ``accelerate launch`` and the summary table at the end."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import json
@@ -12,24 +13,25 @@ from pathlib import Path
 from typing import Any
 
 from whale_train import distributed
-from whale_train.cli_common import add_command
+from whale_train.cli.common import Interrupted, add_set_option, console, errors, progress_bar
+from whale_train.cli.registry import command
 from whale_train.config_io import describe
+from whale_train.errors import CLIError
 from whale_train.llm.replicas import WeightSyncError
 from whale_train.rsft import ModelFailure
 from whale_train.trainer import Run, TrainConfig, shipped_configs, sigint_stops_run
 
 
-def add_parser(subparsers) -> None:
-    p = add_command(
-        subparsers,
-        "train",
-        help="train: alternate RSFT and harness search (or a baseline) under a rollout budget",
-        description="Run WHALE or a baseline (method: whale, adaptive, weight-only, harness-only, stagewise, fst) "
-        "from a YAML config. Leaves a run directory with the ledger, checkpoints, the harness archive, test "
-        "evaluations and tracker logs (report_to: TensorBoard by default); --resume continues a stopped run "
-        f"where it stopped. Shipped configs, by name: {', '.join(shipped_configs())}.",
-        example="rsft.learning_rate=5e-5",
-    )
+@command(
+    "train",
+    help="train: alternate RSFT and harness search (or a baseline) under a rollout budget",
+    description="Run WHALE or a baseline (method: whale, adaptive, weight-only, harness-only, stagewise, fst) "
+    "from a YAML config. Leaves a run directory with the ledger, checkpoints, the harness archive, test "
+    "evaluations and tracker logs (report_to: TensorBoard by default); --resume continues a stopped run "
+    f"where it stopped. Shipped configs, by name: {', '.join(shipped_configs())}.",
+)
+def arguments(p: argparse.ArgumentParser) -> None:
+    add_set_option(p, "override a config field (dotted for nested: rsft.learning_rate=5e-5)")
     p.add_argument(
         "config",
         nargs="?",
@@ -78,9 +80,7 @@ def _plain(console):
     return lambda line: console.print(line, markup=False, highlight=False)
 
 
-def _train_config(args) -> TrainConfig:
-    from whale_train.errors import CLIError
-
+def _train_config(args: argparse.Namespace) -> TrainConfig:
     if args.resume and args.out and not Path(args.out).exists():
         raise CLIError(
             f"--resume: {args.out} does not exist, so there is no run to resume; drop --resume to start one"
@@ -129,10 +129,9 @@ def follow_run(config: TrainConfig, trust_state: bool = False) -> int:
     return 0
 
 
-def cmd_train(args) -> int:
+def cmd_train(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from whale_train.cli_common import CLIError, Interrupted, console, errors, progress_bar
     from whale_train.preflight import preflight
 
     if args.fields:
@@ -167,6 +166,8 @@ def cmd_train(args) -> int:
         except (FileExistsError, ValueError, ImportError, RuntimeError, OSError) as exc:
             # the engine or the model failed to start (vLLM, ModelNotFound, the hub cache): one line
             raise CLIError(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)) from None
+        if report.test_sets is not None:  # the test sets the pre-flight built: the run's, not built again
+            run.test_sets = report.test_sets
         console.rule(f"{config.method} on {config.env}: {config.budget_rollouts} rollouts → {out}")
         try:
             with sigint_stops_run():
@@ -220,10 +221,9 @@ def cmd_train(args) -> int:
     return 0
 
 
-def check_only(args) -> int:
+def check_only(args: argparse.Namespace) -> int:
     """``whale train CONFIG --check``: every pre-flight problem, one line each with its fix (exit 2), or what
     was checked (exit 0); ``--json``: one JSON object. Nothing is started or written."""
-    from whale_train.cli_common import CLIError, console, errors
     from whale_train.preflight import Problem, Report, preflight
 
     try:

@@ -1,9 +1,9 @@
-"""``whale pretrain``: the whole job (tokenizer, model, supervised pass, save, card, calibration) and
-its command line, one option per ``PretrainConfig`` field."""
+"""``whale pretrain``'s job: tokenizer, model, supervised pass, save, card, calibration
+(:func:`pretrain`), and the command line that reproduces a config (:func:`command_line`). The command's
+flags, one per ``PretrainConfig`` field, are in ``whale_train.cli.pretrain``."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from dataclasses import asdict
@@ -71,49 +71,6 @@ def pretrain(config: PretrainConfig, command: str | None = None, console=None) -
 
 def _threads(n: int) -> str:
     return f"{n} torch thread" + ("" if n == 1 else "s")
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register ``whale pretrain``: one option per ``PretrainConfig`` field."""
-    p = subparsers.add_parser(
-        "pretrain",
-        help="train the tiny CPU default model from scratch on generated domain text",
-        description="Train a byte-level BPE tokenizer and a tiny Qwen3-architecture model on text generated "
-        "from the chess, math and search generators (several presentation formats per domain), save it "
-        "with save_pretrained, and write a model card (README.md) with its measured accuracy. "
-        "Ctrl-C stops training and saves what is done.",
-    )
-    for f in PretrainConfig.__dataclass_fields__.values():
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default
-        kind = {"steps": int}.get(f.name, type(default))
-        kwargs: dict[str, Any] = {"default": default, "type": kind, "help": f.metadata["help"]}
-        if f.name == "out":
-            kwargs = {"required": True, "help": f.metadata["help"]}
-        elif f.name == "size":
-            kwargs["choices"] = ["tiny", "small"]
-        elif f.name == "eval_harnesses":
-            kwargs["choices"] = ["h0", "all"]
-        if "default" in kwargs and kwargs["default"] is not None:
-            kwargs["help"] += f" (default: {kwargs['default']})"
-        p.add_argument(flag, **kwargs)
-    p.set_defaults(func=cmd_pretrain)
-    return p
-
-
-def cmd_pretrain(args: argparse.Namespace) -> int:
-
-    from rich.console import Console
-
-    config = PretrainConfig(**{f: getattr(args, f) for f in PretrainConfig.__dataclass_fields__})
-    try:
-        config.validate()
-    except ValueError as exc:
-        from whale_train.errors import CLIError
-
-        raise CLIError(str(exc)) from None
-    pretrain(config, command=command_line(config), console=Console())
-    return 0
 
 
 def command_line(config: PretrainConfig) -> str:

