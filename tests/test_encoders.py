@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from tests.test_paper_retrieval import PASSAGES, post, serve, write_corpus
+from tests.tiny_bert import save_random_bert, words_of
 from whale_envs.search.dense import DenseIndex, DenseIndexError, Encoder, build_index, encoder_config
 
 sentence_transformers = pytest.importorskip(
@@ -36,33 +37,9 @@ LEGACY = {  # the Pooling config as sentence-transformers 2.x wrote it (all-Mini
 @pytest.fixture(scope="module")
 def bert_dir(tmp_path_factory):
     """A random 2-layer BERT (from a config) and a word-piece vocabulary of the corpus and queries."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizer
-
-    words = {w.strip('.,"').lower() for text in [*TEXTS, *QUERIES] for w in text.split()}
-    specials = [
-        "[PAD]",
-        "[UNK]",
-        "[CLS]",
-        "[SEP]",
-        "[MASK]",
-        ":",
-        '"',
-        ".",
-        ",",
-        "query",
-        "passage",
-        "q",
-        "p",
-    ]
-    vocab = {w: i for i, w in enumerate(dict.fromkeys([*specials, *sorted(words - {""})]))}
     folder = tmp_path_factory.mktemp("bert") / "random-bert"
-    BertTokenizer(vocab=vocab).save_pretrained(folder)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)  # fmt: skip
-    BertModel(config).save_pretrained(folder)
-    return folder
+    extra = (".", ",", "query", "passage", "q", "p")
+    return save_random_bert(folder, words_of([*TEXTS, *QUERIES]), extra=extra, layers=2)
 
 
 def st_folder(

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.tiny_bert import save_random_bert, words_of
 from whale_envs.search.corpus import Corpus, Passage
 from whale_envs.search.dense import DenseIndex, DenseIndexError, Encoder, build_index
 from whale_envs.search.remote import RemoteRetriever, RetrieverError, RetrieverUnavailable
@@ -177,22 +178,9 @@ def test_server_down_is_a_clear_error():
 @pytest.fixture(scope="module")
 def encoder_dir(tmp_path_factory):
     """A random 1-layer BERT and a word-piece vocabulary of the corpus words, built locally."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizer
-
     folder = tmp_path_factory.mktemp("encoders") / "tiny-e5"  # named e5: e5's prefixes
-    words = sorted(
-        {w.strip('.,"').lower() for _, t, x in PASSAGES for w in f"{t} {x}".split()} | {"query", "passage"}
-    )
-    vocab = {
-        w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ":", '"', ".", ",", *words])
-    }
-    BertTokenizer(vocab=vocab).save_pretrained(folder)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)  # fmt: skip
-    BertModel(config).save_pretrained(folder)
-    return folder
+    words = words_of(f"{t} {x}" for _, t, x in PASSAGES) | {"query", "passage"}
+    return save_random_bert(folder, words, extra=(".", ","))
 
 
 def test_encoder_follows_e5_conventions(encoder_dir):
