@@ -61,6 +61,18 @@ def check_anthropic_turns(messages: list[dict], results: dict[str, str]) -> str 
     return None
 
 
+def anthropic_blocks(turn: list | str, lead: str, n: int) -> list[dict]:
+    """A scripted turn as Messages API content blocks: a string is one text block; a list of (tool name,
+    input) pairs is the text ``lead``, then a tool_use block each, with ids ``toolu_<n>_<i>``."""
+    if isinstance(turn, str):
+        return [{"type": "text", "text": turn}]
+    uses = [
+        {"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": a}
+        for i, (name, a) in enumerate(turn)
+    ]
+    return [{"type": "text", "text": lead}, *uses]
+
+
 class AgentServer:
     """A scripted chat server. ``api``: ``openai`` (POST /v1/chat/completions) or ``anthropic`` (POST
     /v1/messages). Each request gets the next scripted turn: a list of (tool name, arguments) calls, or
@@ -126,15 +138,7 @@ class AgentServer:
                 "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
                 "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1]},
             }
-        content = (
-            [{"type": "text", "text": turn}]
-            if isinstance(turn, str)
-            else [{"type": "text", "text": "Let me look."}]
-            + [
-                {"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": a}
-                for i, (name, a) in enumerate(turn)
-            ]
-        )
+        content = anthropic_blocks(turn, "Let me look.", n)
         return 200, {
             "id": f"msg_{n}",
             "type": "message",
@@ -179,6 +183,19 @@ class AgentServer:
     def result(self, n: int, i: int = 0) -> str:
         """What the client answered to call ``i`` of scripted turn ``n`` (1-based)."""
         return self.results[f"call_{n}_{i}" if self.api == "openai" else f"toolu_{n}_{i}"]
+
+
+def first_iteration(config: MetaHarnessConfig, folder: Path, server, api_key: str | None = None):
+    """The report of a search's first iteration on the math env against ``server`` (closed afterwards);
+    ``api_key`` given to the proposer when set."""
+    try:
+        search = HarnessSearch(config, folder, tool_shy_math_model(), MATH)
+        if api_key is not None:
+            search.proposer.api_key = api_key
+        search.rescore()
+        return search.iterate()
+    finally:
+        server.close()
 
 
 def agent_config(server: AgentServer, **kw) -> MetaHarnessConfig:
@@ -366,12 +383,7 @@ def test_agent_on_the_anthropic_api_through_whale_search(tmp_path, monkeypatch):
 def test_agent_reports_a_server_error_as_a_proposer_failure(tmp_path, monkeypatch):
     server = AgentServer("anthropic", key="right")
     monkeypatch.setenv("WHALE_TEST_AGENT_KEY", "wrong")
-    try:
-        search = HarnessSearch(agent_config(server), tmp_path / "a", tool_shy_math_model(), MATH)
-        search.rescore()
-        report = search.iterate()
-    finally:
-        server.close()
+    report = first_iteration(agent_config(server), tmp_path / "a", server)
     assert report.candidates == [] and "HTTP 400" in report.proposer_error
     assert "x-api-key" in report.proposer_error
 

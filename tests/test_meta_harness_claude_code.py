@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_meta_harness import MATH, tool_shy_math_model
-from tests.test_meta_harness_agent import check_anthropic_turns
+from tests.test_meta_harness_agent import anthropic_blocks, check_anthropic_turns, first_iteration
 from whale_train.meta_harness import claude_code
 from whale_train.meta_harness.lineage import lineage_report
 
@@ -99,15 +99,7 @@ class MessagesServer:
         if body.get("tools"):
             n = sum(m["role"] == "assistant" for m in body["messages"])
             turn = self.script[n] if n < len(self.script) else "Done."
-        blocks = (
-            [{"type": "text", "text": turn}]
-            if isinstance(turn, str)
-            else [{"type": "text", "text": "Working."}]
-            + [
-                {"type": "tool_use", "id": f"toolu_{len(self.requests)}_{i}", "name": name, "input": a}
-                for i, (name, a) in enumerate(turn)
-            ]
-        )
+        blocks = anthropic_blocks(turn, "Working.", len(self.requests))
         stop = "end_turn" if isinstance(turn, str) else "tool_use"
         message = {"id": f"msg_{len(self.requests)}", "type": "message", "role": "assistant"}
         message |= {"model": body["model"], "stop_sequence": None}
@@ -279,20 +271,14 @@ def test_a_missing_cli_is_a_one_line_error(tmp_path, capsys):
 def test_a_session_without_candidates_is_a_proposer_failure(installed, tmp_path, monkeypatch):
     """A CLI that ends without writing a candidate: the iteration records why and the search goes on."""
     from tests.test_meta_harness import FAST
-    from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
+    from whale_train.meta_harness import MetaHarnessConfig
 
     server = MessagesServer()
     server.script = ["I have no idea."]
     config = MetaHarnessConfig(
         **{**FAST, "candidates": 1}, proposer="claude-code", llm_base_url=server.url, llm_model="m"
     )
-    try:
-        search = HarnessSearch(config, tmp_path / "a", tool_shy_math_model(), MATH)
-        search.proposer.api_key = KEY
-        search.rescore()
-        report = search.iterate()
-    finally:
-        server.close()
+    report = first_iteration(config, tmp_path / "a", server, api_key=KEY)
     assert report.candidates == [] and "claude-code wrote no usable candidate" in report.proposer_error
     assert "candidates/1.py: not written" in report.proposer_error
     assert "(the CLI finished;" in report.proposer_error and len(server.requests) >= 1  # it did talk
