@@ -426,38 +426,25 @@ def clear_cache() -> None:
     clear_corpora()
 
 
+#: The search env's file sources, in the order ``--help`` lists them: kind -> (loader, whether a path
+#: is required, what it reads). This module caches each, keyed by every file it reads (registered with
+#: ``shared=False``).
+FILE_SOURCES: dict[str, tuple[Callable[..., ListSource[SearchQuestion]], bool, str]] = {
+    "hotpotqa": (load_hotpotqa, False, "HotpotQA json (bundled: 100 train questions; sample=dev: 53 dev)"),
+    "musique": (load_musique, False, "MuSiQue json/jsonl (bundled: 100 train questions)"),
+    "searchr1": (load_searchr1, True, "Search-R1 verl parquet (corpus=PATH or retriever=URL)"),
+    "verl": (load_verl_search, True, "any verl-format QA parquet (corpus=PATH or retriever=URL)"),
+    "nq": (load_nq, True, "NQ-open jsonl questions over the user's corpus=PATH"),
+}
+
+
 def _register() -> None:
     from whale_envs.search.generator import make_generated
     from whale_envs.tasks import register_generator, register_source
 
     register_generator("search", make_generated, "fictional worlds, 1-3 hop questions")
-    register_source(
-        "search",
-        "hotpotqa",
-        load_hotpotqa,
-        doc="HotpotQA json (bundled: 100 train questions; sample=dev: 53 dev)",
-        shared=False,  # cached by this module, keyed by every file the source reads
-    )
-    register_source(
-        "search",
-        "musique",
-        load_musique,
-        doc="MuSiQue json/jsonl (bundled: 100 train questions)",
-        shared=False,
-    )
-    for kind, loader, doc in (
-        ("searchr1", load_searchr1, "Search-R1 verl parquet (corpus=PATH or retriever=URL)"),
-        ("verl", load_verl_search, "any verl-format QA parquet (corpus=PATH or retriever=URL)"),
-    ):
-        register_source("search", kind, loader, path_required=True, doc=doc, shared=False)
-    register_source(
-        "search",
-        "nq",
-        load_nq,
-        path_required=True,
-        doc="NQ-open jsonl questions over the user's corpus=PATH",
-        shared=False,
-    )
+    for kind, (loader, path_required, doc) in FILE_SOURCES.items():
+        register_source("search", kind, loader, path_required=path_required, doc=doc, shared=False)
 
 
 _register()
