@@ -27,6 +27,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -51,6 +53,19 @@ def llm():
     )
     yield engine
     engine.close()
+
+
+def timed(fn: Callable[..., Any], intervals: list[tuple[float, float]]) -> Callable[..., Any]:
+    """``fn`` that appends the (start, end) ``time.perf_counter()`` of each call to ``intervals``."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            intervals.append((start, time.perf_counter()))
+
+    return call
 
 
 @pytest.mark.parametrize(
@@ -89,26 +104,11 @@ def test_rollouts_against_raw_generate_of_the_same_calls(llm, tool, pool, truste
     harness = load_harness("math/h0")
     # the engine's own time inside the rollouts (what the raw replay also spends) and the tool's calls,
     # as (start, end) intervals
-    generate, engine_iv, tool_iv = llm.engine.generate, [], []
-
-    def timed_generate(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            engine_iv.append((start, time.perf_counter()))
-
-    run_python = math_env.run_python
-
-    def timed_run_python(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return run_python(*args, **kwargs)
-        finally:
-            tool_iv.append((start, time.perf_counter()))
-
-    llm.engine.generate = timed_generate
-    monkeypatch.setattr(math_env, "run_python", timed_run_python)
+    generate = llm.engine.generate
+    engine_iv: list[tuple[float, float]] = []
+    tool_iv: list[tuple[float, float]] = []
+    llm.engine.generate = timed(generate, engine_iv)
+    monkeypatch.setattr(math_env, "run_python", timed(math_env.run_python, tool_iv))
     trajs = run_rollouts(
         harness, env, llm, ids, env_kwargs=env_kwargs, config=config
     )  # warm-up of both paths
