@@ -36,6 +36,7 @@ import numpy as np
 import pytest
 
 from benchmarks.bench_search import synthetic_corpus
+from tests.tiny_bert import save_random_bert, words_of
 from whale_envs.search.dense import DenseIndex, Encoder, build_index
 from whale_envs.search.remote import RemoteRetriever
 from whale_envs.search.server import BM25Backend, RetrievalServer
@@ -50,19 +51,16 @@ def _private_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="module")
 def encoder(tmp_path_factory):
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizer
+    return Encoder(random_encoder(tmp_path_factory.mktemp("bench-encoder")), max_length=64, batch_size=256)
 
-    folder = tmp_path_factory.mktemp("bench-encoder")
-    corpus = synthetic_corpus(2000)
-    words = sorted({w.strip('.,"').lower() for p in corpus.passages for w in f"{p.title} {p.text}".split()})
-    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ":", '"', *words])}
-    BertTokenizer(vocab=vocab).save_pretrained(folder)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=128, max_position_embeddings=128)  # fmt: skip
-    BertModel(config).save_pretrained(folder)
-    return Encoder(folder, max_length=64, batch_size=256)
+
+def random_encoder(folder: Path) -> Path:
+    """The benchmarks' encoder, saved to ``folder``: a random 1-layer BERT over the synthetic corpus's
+    words (built once per folder)."""
+    if not (folder / "config.json").exists():
+        words = words_of(f"{p.title} {p.text}" for p in synthetic_corpus(2000).passages)
+        save_random_bert(folder, words, hidden_size=64)
+    return folder
 
 
 def queries_of(corpus, n=QUERIES):
@@ -309,20 +307,7 @@ def test_load_mode_drives_the_server_from_another_process():
 
 def _dense_backend(corpus, folder: Path):
     """A flat dense index of ``corpus`` under ``folder`` with the random 1-layer encoder of the tests."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizer
-
-    enc = folder / "encoder"
-    if not (enc / "config.json").exists():
-        words = sorted({w.strip('.,"').lower() for p in synthetic_corpus(2000).passages
-                        for w in f"{p.title} {p.text}".split()})  # fmt: skip
-        vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ":", '"', *words])}
-        BertTokenizer(vocab=vocab).save_pretrained(enc)
-        torch.manual_seed(0)
-        config = BertConfig(vocab_size=len(vocab), hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
-                            intermediate_size=128, max_position_embeddings=128)  # fmt: skip
-        BertModel(config).save_pretrained(enc)
-    encoder = Encoder(enc, max_length=64, batch_size=256)
+    encoder = Encoder(random_encoder(folder / "encoder"), max_length=64, batch_size=256)
     index = build_index(corpus, encoder, folder / f"flat{len(corpus)}", kind="flat", chunk=8192)
     return DenseIndex(index, corpus, encoder)
 
