@@ -36,6 +36,7 @@ CHESS_ID = "whale/Chess-v0"
 MATH_ID = "whale/Math-v0"
 SEARCH_QA_ID = "whale/SearchQA-v0"
 REASONING_GYM_ID = "whale/ReasoningGym-v0"
+VERIFIERS_ID = "whale/Verifiers-v0"
 
 #: Every env this package registers: id -> entry point. The domain's task sources are registered
 #: when its subpackage (``whale_envs.<domain>``) is imported.
@@ -47,8 +48,13 @@ ENVS: dict[str, str] = {
 }
 
 
+#: Envs that adapt another library's environments: registered too, but each needs an argument naming
+#: what it adapts (``taskset=``), so they are not in ``ENVS`` (whose envs all make with no argument).
+ADAPTERS: dict[str, str] = {VERIFIERS_ID: "whale_envs.verifiers:VerifiersEnv"}
+
+
 def _register() -> None:
-    for env_id, entry_point in ENVS.items():
+    for env_id, entry_point in {**ENVS, **ADAPTERS}.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point)
 
@@ -56,12 +62,14 @@ def _register() -> None:
 _register()
 
 __all__ = [
+    "ADAPTERS",
     "CHESS_ID",
     "ENVS",
     "MATH_ID",
     "REASONING_GYM_ID",
     "SEARCH_QA_ID",
     "SPLITS",
+    "VERIFIERS_ID",
     "ActionError",
     "GeneratedSource",
     "ListSource",
