@@ -41,14 +41,16 @@ def _install(point: str, unit: int) -> None:
 
             setattr(trainer.Run, name, wrapped)
     elif point == "before_state":
-        write = trainer.atomic_write_text
+        from whale_train.trainer import state as records  # the module that writes state.json
+
+        write = records.atomic_write_text
 
         def atomic_write_text(path, text):
             if path.name == "state.json" and json.loads(text)["units"] == unit:
                 _kill()
             return write(path, text)
 
-        trainer.atomic_write_text = atomic_write_text
+        records.atomic_write_text = atomic_write_text
     else:
         raise SystemExit(f"WHALE_CRASH_AT: unknown point {point!r} (unit_start, unit_done, before_state)")
 
