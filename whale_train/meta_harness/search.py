@@ -378,6 +378,14 @@ class HarnessSearch:
         (``traces_version`` is then not checked against the model's version, which may move on). ``llm`` is
         the model the agent proposer's tries roll out with (default: the search's)."""
         iteration = self.next_iteration if iteration is None else iteration
+        stored = self.archive.record("iteration", iteration)
+        if stored:  # scored already (a resumed run asks again): what its proposer did then
+            return Proposed(
+                iteration,
+                int(stored.get("traces_version", traces_version)),
+                stored.get("proposer_usage") or {},
+                stored.get("proposer_error"),
+            )
         if iteration != self.next_iteration:
             raise ValueError(
                 f"iteration {iteration} cannot be proposed now: the next one is {self.next_iteration}"
