@@ -339,12 +339,11 @@ class _Shared:
             self.out.write(_json.dumps(msg) + "\\n")
             self.out.flush()
 def _threaded_main():
-    w = harnesses.worker
     out = open(sys.stdout.fileno(), "w", encoding="utf-8", closefd=False)
     sys.stdout = sys.stderr
     shared = _Shared(out)
     first = _json.loads(sys.stdin.readline())
-    cls = w._load(first)
+    cls = _load(first)
     shared.send({"op": "ready"})
     chans = {}
     def run(ch):
@@ -364,15 +363,14 @@ def _threaded_main():
             chans[msg["episode"]].replies.put(msg)
         elif msg["op"] == "shutdown":
             break
-harnesses.worker.main = _threaded_main
+main = _threaded_main
 """
 
 
 def threaded_worker_program() -> str:
-    from harnesses.worker import worker_program
+    from tests.test_redteam_worker import changed_worker_program
 
-    program = worker_program()
-    return program.replace("harnesses.worker.main()\n", _THREADED_MAIN + "harnesses.worker.main()\n")
+    return changed_worker_program(_THREADED_MAIN)  # run in the worker module, before its main
 
 
 @pytest.mark.benchmark(group="isolation")
