@@ -9,6 +9,7 @@ test needs neither a network nor a second copy of torch.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -115,6 +116,28 @@ def test_installed_commands_work_from_outside_the_source_tree(installed):
         "--out", work / "eval", cwd=work, env=_env(),
     )  # fmt: skip
     assert "mean@1" in ev.stdout and (work / "eval" / "results.json").exists()
+    _the_worker_program_runs_from_the_wheel(bin_dir, work)
     train = sh(bin_dir / "whale", "train", "smoke", "--out", work / "run", cwd=work, env=_env())
     assert "best test mean@k" in train.stdout
     assert (work / "run" / "report.md").exists() and (work / "run" / "state.json").exists()
+
+
+def _the_worker_program_runs_from_the_wheel(bin_dir: Path, work: Path) -> None:
+    """The harness worker's program, built from the installed files, loads a harness that builds on a
+    shipped one in a bare interpreter (no project, no installed packages): the wheel ships what it needs."""
+    build = "import sys; from harnesses.worker import worker_program; sys.stdout.write(worker_program())"
+    folder = work / "worker"
+    folder.mkdir()
+    (folder / "main.py").write_text(sh(bin_dir / "python", "-c", build, cwd=work).stdout, encoding="utf-8")
+    source = "from harnesses.math.vote import MathVote\nclass Mine(MathVote):\n    samples = 2\n"
+    load = json.dumps({"op": "load", "source": source, "filename": "mine.py"}) + "\n"
+    ran = subprocess.run(
+        [bin_dir / "python", "-I", "-S", "main.py"],
+        cwd=folder,
+        input=load,
+        env={"WHALE_SANDBOX_ISOLATION": "none"},  # an episode may run where the kernel refuses namespaces
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.stdout.splitlines() == ['{"op": "ready"}'], (ran.stdout, ran.stderr[-3000:])
