@@ -126,3 +126,181 @@ def test_overlap_is_refused_for_a_method_that_does_not_alternate_and_bad_setting
     ]:
         with pytest.raises(ValueError, match=words):
             ScheduleConfig(**{field: value}).validate()
+
+
+# ------------------------------------------------------------------------------ whole runs
+
+#: The smallest whale run of tests/test_trainer.py, with one RSFT step per weight phase (E = 0.1 epoch of
+#: 57 train tasks in steps of 4) and I = 2 (the re-scoring and one iteration of one candidate).
+FAST = {"schedule": {"weight_epochs": 0.1}, "report_to": "none"}
+
+
+def _units(run_dir):
+    from tests.test_trainer import ledger, units
+
+    return units(ledger(run_dir))
+
+
+def test_an_instant_proposer_makes_overlap_spend_what_strict_alternation_spends_unit_by_unit(tmp_path):
+    from tests.test_trainer import MODEL, smoke
+    from whale_train.trainer import Run
+
+    strict = smoke(MODEL, method="whale", budget_rollouts=32, **FAST)
+    overlap = smoke(
+        MODEL,
+        method="whale-overlap",
+        budget_rollouts=32,
+        report_to="none",
+        schedule={"weight_epochs": 0.1, "proposer_latency": 0.0},
+    )
+    Run(strict, tmp_path / "strict", log=lambda *_: None).run()
+    Run(overlap, tmp_path / "overlap", log=lambda *_: None).run()
+
+    def spent(run_dir):
+        return [
+            (u["phase"], u["signals"].get("kind"), u["rollouts"], u["model_version"], u["harness"])
+            for u in _units(run_dir)
+        ]
+
+    assert spent(tmp_path / "overlap") == spent(tmp_path / "strict")
+    iterations = [u for u in _units(tmp_path / "overlap") if u["signals"].get("kind") == "iteration"]
+    assert iterations and all(u["proposal"]["version_gap"] == 0 for u in iterations)
+    assert "t_start" not in _units(tmp_path / "strict")[0]  # strict alternation's ledger is as it was
+
+
+@pytest.mark.slow
+def test_a_run_killed_in_the_middle_of_an_overlapped_phase_resumes_to_the_same_ledger(tmp_path):
+    import yaml
+
+    from tests.crash import crash_env
+    from tests.test_trainer import MODEL, SMOKE, ledger, train_cli
+
+    # E = 3 RSFT steps of 8 rollouts; each proposal arrives 16 rollouts (two steps) after it is asked for,
+    # on the rollouts clock: in the middle of the next weight phase
+    schedule = {**SMOKE["schedule"], "proposer_latency": 16, "latency_clock": "rollouts"}
+    data = {**SMOKE, "model": MODEL, "method": "whale-overlap", "budget_rollouts": 80, "schedule": schedule}
+    config = tmp_path / "overlap.yaml"
+    config.write_text(yaml.safe_dump({**data, "report_to": "none"}))
+
+    def train(out, crash=None, resume=False):
+        return train_cli(config, out, resume=resume, env=crash_env(crash) if crash else {}).returncode
+
+    assert train(tmp_path / "straight") == 0
+    straight = ledger(tmp_path / "straight")
+    # units 0-2 weight, 3 the re-scoring, then weight steps while iteration 1's proposer works
+    overlapped = [
+        u["unit"] for u in straight if u["event"] == "unit" and u["unit"] > 3 and u["phase"] == "weight"
+    ]
+    assert overlapped[:2] == [4, 5], [(u.get("unit"), u.get("phase")) for u in straight]
+    out = tmp_path / "crashed"
+    for i, point in enumerate(["unit_start@4", "unit_done@5", "unit_start@5"]):
+        assert train(out, point, resume=i > 0) == -9, point
+    assert train(out, resume=True) == 0
+
+    def comparable(events):
+        keep = (
+            "event",
+            "phase",
+            "rollouts",
+            "rollouts_total",
+            "model_version",
+            "harness",
+            "mean",
+            "to",
+            "reason",
+        )
+        out = []
+        for e in events:
+            if e["event"] in ("start", "stop"):
+                continue
+            row = {k: e[k] for k in keep if k in e}
+            p = e.get("proposal")
+            if p:
+                row["proposal"] = {
+                    k: p[k]
+                    for k in (
+                        "iteration",
+                        "traces_version",
+                        "scored_version",
+                        "requested_clock",
+                        "arrived_clock",
+                    )
+                }
+            out.append(row)
+        return out
+
+    assert comparable(ledger(out)) == comparable(straight)
+    gaps = [e["proposal"]["version_gap"] for e in straight if e.get("proposal")]
+    assert gaps and max(gaps) >= 1  # the candidates were scored under newer weights than their traces
+
+
+@pytest.mark.slow
+def test_overlap_hides_a_proposer_as_slow_as_a_weight_phase(tmp_path, monkeypatch):
+    """A proposer that takes as long per iteration as a weight phase takes (its latency, set at each
+    request, is the last weight phase's steps x their median wall time on this machine, in both modes): per
+    full cycle, overlap takes at most 0.6x strict alternation's wall-clock, and its accelerator lane idles
+    under 15% of it, at the same rollout budget."""
+    from statistics import median
+
+    from tests.test_trainer import MODEL, ledger, smoke, units
+    from whale_train.report import read_ledger
+    from whale_train.trainer import Run
+    from whale_train.trainer.lanes_run import RunLanes
+
+    ask = RunLanes._request
+
+    def as_long_as_a_weight_phase(self, iteration, version, at=None, at_t=None):
+        steps = [u for u in units(ledger(self.dir)) if u["phase"] == "weight"]
+        last = [u for u in steps if u["phase_index"] == steps[-1]["phase_index"]]
+        self.lane.latency = len(last) * median(u["seconds"] for u in last)
+        return ask(self, iteration, version, at, at_t)
+
+    monkeypatch.setattr(RunLanes, "_request", as_long_as_a_weight_phase)
+    metrics = {}
+    for method in ("whale", "whale-overlap"):
+        config = smoke(
+            MODEL,
+            method=method,
+            budget_rollouts=128,  # 3 harness phases: 2 full cycles
+            report_to="none",
+            # 3 RSFT steps per weight phase; the latency is set per request (above)
+            schedule={"weight_epochs": 0.2, "harness_iterations": 2, "proposer_latency": 0.0},
+            eval={"every": 10_000},  # evaluations at the start and the end only, the same in both
+        )
+        Run(config, tmp_path / method, log=lambda *_: None).run()
+        metrics[method] = read_ledger(tmp_path / method)[-1]["lanes"]
+    strict, overlap = metrics["whale"], metrics["whale-overlap"]
+    cycle = median(overlap["cycle_seconds"]) / median(strict["cycle_seconds"])
+    print(f"strict {strict}; overlap {overlap}; cycle ratio {cycle:.2f}")
+    assert len(strict["cycle_seconds"]) == len(overlap["cycle_seconds"]) == 2
+    assert strict["steady_idle_share"] > 0.3  # strictly, the accelerator waits out every proposer
+    assert cycle <= 0.6 and overlap["steady_idle_share"] < 0.15, (cycle, overlap)
+    assert overlap["span_seconds"] < strict["span_seconds"]
+
+
+def test_a_proposal_from_older_traces_is_scored_with_the_incumbent_rescored_on_the_newer_version(tmp_path):
+    """propose at model v0, the weights move on, score at v1: the incumbent is re-scored under v1 (charged
+    to the iteration) on the same tasks, the acceptance compares the two there, and both the candidate and
+    the iteration record the gap; asked again once scored, propose replays the record."""
+    from tests.test_meta_harness import FAST, MATH, tool_shy_math_model
+    from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
+
+    llm = tool_shy_math_model()
+    search = HarnessSearch(MetaHarnessConfig(**FAST, candidates=1), tmp_path / "archive", llm, MATH)
+    search.rescore(0)
+    proposed = search.propose(0)
+    llm.version = 1  # a weight step while the proposer worked
+    report = search.score(proposed, 1)
+    assert (report.traces_version, report.model_version, report.version_gap) == (0, 1, 1)
+    rescore = search.archive.record("rescore", 1)
+    assert rescore["triggered_by"] == 1 and report.rescore_rollouts == rescore["rollouts"] > 0
+    cid = report.candidates[0].id
+    assert report.candidates[0].traces_version == 0 and search.archive.get(cid).eval(1) is not None
+    assert set(search.archive.get(cid).eval(1)["per_task"]) == set(
+        search.archive.get("h0").eval(1)["per_task"]
+    )
+    assert report.rollouts == rescore["rollouts"] + search.archive.get(cid).eval(1)["rollouts"]
+    again = search.propose(0, 1)
+    assert (again.iteration, again.traces_version) == (1, 0) and search.score(
+        again, 1
+    ).to_dict() == report.to_dict()

@@ -1,7 +1,8 @@
 """The run loop (``Run``): ask the schedule for the next phase, run one unit of it, record it, evaluate when
 ``eval.every`` says so, save the state; until the schedule says stop. ``Run`` is put together from the
 parts of a run, one module each: the units of the phases (``units``), the evaluations (``run_eval``), and
-what the run directory records and ``--resume`` reads back (``state``)."""
+what the run directory records and ``--resume`` reads back (``state``), and the loop of a run on two lanes
+(``lanes_run``: ``schedule.overlap``, or an injected proposer latency)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,14 @@ from whale_train.schedule import RunState, ScheduleDecision, make_schedule
 from whale_train.trainer.backend import load_backend
 from whale_train.trainer.config import TrainConfig
 from whale_train.trainer.interrupt import stop_if_interrupted
+from whale_train.trainer.lanes_run import RunLanes, uses_lanes
 from whale_train.trainer.run_eval import RunEvaluation
 from whale_train.trainer.state import RUN_LOCK, RunRecords, record_config
 from whale_train.trainer.test_sets import check_split_secret, list_test_ids
 from whale_train.trainer.units import UNIT_KINDS, RunUnits
 
 
-class Run(RunUnits, RunEvaluation, RunRecords):
+class Run(RunLanes, RunUnits, RunEvaluation, RunRecords):
     """One training run in a run directory (``whale_train.trainer``'s docstring lists what it holds).
 
     Args:
@@ -113,6 +115,10 @@ class Run(RunUnits, RunEvaluation, RunRecords):
             release_folder(self.dir, RUN_LOCK)
 
     def _run(self) -> dict[str, Any]:
+        if uses_lanes(self.config):  # overlap, or a proposer latency to measure: two lanes (lanes_run)
+            self._run_lanes()
+            list_test_ids(self.dir, self.config, self.test_sets)
+            return self.summary()
         self._costs()
         if self.units == 0:
             self._start()
