@@ -17,7 +17,7 @@ PINNED_TESTS = tests/test_llm_backends.py tests/test_rsft.py tests/test_trainer.
 export HF_HUB_OFFLINE = 1
 export TOKENIZERS_PARALLELISM = false
 
-.PHONY: install install-pinned install-vllm install-claude-code demo test test-pinned test-vllm bench results lint clean
+.PHONY: install install-pinned install-vllm install-claude-code demo test test-main test-side test-pinned test-vllm bench results lint clean
 
 install: $(VENV)/.installed
 
@@ -87,7 +87,8 @@ test-vllm: install-vllm
 # The real Claude Code CLI for `proposer: claude-code` (tests/test_meta_harness_claude_code.py drives it
 # against a scripted Messages API server). Pinned to 2.1.112, the newest release that is plain
 # JavaScript (cli.js): later ones ship a native binary and, from 2.1.200 on, need Node >= 22. Installed
-# into the project (never globally); the proposer finds it there. Needs Node >= 18 and npm.
+# into the project (never globally); the proposer finds it there. Needs npm and the Node version
+# docs/META_HARNESS.md names (the Claude Code proposer).
 CLAUDE_CODE_VERSION = 2.1.112
 CLAUDE_CODE_DIR ?= .tools/claude-code
 
@@ -109,10 +110,24 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# `make test`: ruff, then three suites at once, each printing its output when it ends (--output-sync):
+# the main one (test-main) beside the pinned one followed by the vLLM one (test-side: one after the other,
+# so their two installs never build the package's egg-info at the same time). Every suite runs to its
+# end (--keep-going) and `make test` fails if any failed.
 test: lint install-claude-code
-	$(BIN)/python -m pytest -q
-	$(MAKE) test-pinned
-	$(MAKE) test-vllm
+	$(MAKE) --keep-going --jobs=2 --output-sync=target test-main test-side
+
+# The main suite on pytest-xdist workers. Most of its time is waits on subprocesses (sandboxes, `whale`
+# commands, servers), so more workers than cores pay. --dist loadgroup runs the tests of one
+# xdist_group (a mark on the files that count processes or sandboxes, or time themselves) on one worker,
+# one after another. `make test-main PYTEST_WORKERS=0` runs it in one process.
+PYTEST_WORKERS ?= 4
+
+test-main: install
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+
+test-side:
+	$(MAKE) --jobs=1 --keep-going test-pinned test-vllm
 
 test-pinned: install-pinned
 	$(PINNED)/bin/python -c "import transformers as t; assert t.__version__ == '$(PINNED_TRANSFORMERS)', t.__version__"

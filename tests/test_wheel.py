@@ -31,6 +31,7 @@ SKIP = {
     ".pytest_cache",
     ".ruff_cache",
     ".hypothesis",
+    ".tools",
 }
 
 
@@ -51,7 +52,10 @@ def installed(tmp_path_factory) -> tuple[Path, Path, str]:
         ROOT,
         src,
         symlinks=True,
-        ignore=lambda _d, names: [n for n in names if n in SKIP or n.endswith(".egg-info")],
+        # every virtual environment (.venv-pinned and .venv-vllm may be being built beside the suite)
+        ignore=lambda _d, names: [
+            n for n in names if n in SKIP or n.startswith(".venv") or n.endswith(".egg-info")
+        ],
     )
     build = sh(
         sys.executable,
