@@ -23,6 +23,9 @@ from whale_envs.math.verify import _HELPER
 from whale_envs.sandbox import Limits, kill_tree, run_python
 from whale_envs.tasks import ListSource, Task
 
+# `make test` runs the jail and sandbox-pool tests on one worker, one after another (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("sandbox")
+
 LIMITS = Limits(
     wall_s=4.0, cpu_s=2, memory_mb=256, max_processes=16, output_bytes=65_536, isolation="namespaces"
 )

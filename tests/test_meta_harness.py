@@ -600,6 +600,7 @@ def shipped_search(tmp_path, env_id, tasks, candidates=3):
     return search.archive.get("h0").eval(0), first, search
 
 
+@pytest.mark.effect
 @pytest.mark.slow
 def test_harness_search_improves_math_on_the_frozen_shipped_model(tmp_path):
     """The effect, small: one iteration on 64 search tasks beats h0 by far more than the noise."""
@@ -614,6 +615,7 @@ def test_harness_search_improves_math_on_the_frozen_shipped_model(tmp_path):
     assert gain.gain > 4 * gain.gain_se
 
 
+@pytest.mark.effect
 @pytest.mark.slow
 def test_harness_search_improves_search_qa_on_the_frozen_shipped_model(tmp_path):
     """Most of h0's misses found part of the supporting chain: follow-up searches, answer picked by likelihood.
@@ -626,6 +628,7 @@ def test_harness_search_improves_search_qa_on_the_frozen_shipped_model(tmp_path)
     assert gain.gain > 0.06 and gain.gain > 2 * gain.gain_se
 
 
+@pytest.mark.effect
 @pytest.mark.slow
 def test_harness_search_improves_chess_on_the_frozen_shipped_model(tmp_path):
     """Illegal moves dominate h0's failures: likelihood choice among the legal moves, one candidate."""

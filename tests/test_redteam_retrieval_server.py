@@ -20,6 +20,9 @@ import pytest
 from whale_envs.search.corpus import Corpus, Passage
 from whale_envs.search.server import BM25Backend, Limits, RetrievalServer
 
+# `make test` runs the tests that time calls side by side on one worker, one after another
+pytestmark = pytest.mark.xdist_group("timing")
+
 WORDS = "river city capital novel king war music science history france germany paris art film".split()
 
 

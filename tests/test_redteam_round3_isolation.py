@@ -37,6 +37,9 @@ from tests.test_redteam_worker import (  # noqa: F401 - unlinted: a fixture
     unlinted,
 )
 
+# `make test` runs the jail and sandbox-pool tests on one worker, one after another (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("sandbox")
+
 HEADER = "from harnesses.base import Harness\n"
 
 # ------------------------------------------------------------------------------------ the lint routes

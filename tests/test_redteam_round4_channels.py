@@ -27,6 +27,9 @@ from tests.test_redteam_worker import HEADER, reported, rollouts, unlinted  # no
 from whale_envs.math.env import DEFAULT_TOOL_LIMITS
 from whale_envs.sandbox import isolation_available, run_python
 
+# `make test` runs the jail and sandbox-pool tests on one worker, one after another (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("sandbox")
+
 MEET = "whale-r4-" + uuid.uuid4().hex[:8]
 ARM = platform.machine() == "aarch64"
 NR = {  # syscall numbers the payloads call directly (x86_64, aarch64)

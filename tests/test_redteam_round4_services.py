@@ -23,6 +23,9 @@ import pytest
 
 from whale_train.meta_harness.claude_code import PLACEHOLDER_KEY, ApiRelay
 
+# `make test` runs the tests that time calls side by side on one worker, one after another
+pytestmark = pytest.mark.xdist_group("timing")
+
 KEY = "sk-ant-real-key-0123456789abcdefghijklmnopqrstuvwxyz"
 
 

@@ -18,6 +18,9 @@ from tests.sandbox_script import LOAD_SANDBOX
 from whale_envs import sandbox
 from whale_envs.sandbox import IsolationUnavailable, Limits, config, policy, run_python, spawn_python
 
+# `make test` runs the jail and sandbox-pool tests on one worker, one after another (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("sandbox")
+
 PROJECT = Path(__file__).resolve().parent.parent
 JAILED = Limits(wall_s=5, cpu_s=3, memory_mb=256, isolation="namespaces")
 

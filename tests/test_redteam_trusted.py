@@ -48,6 +48,9 @@ from whale_train.rollout.episode import Episode
 from whale_train.rollout.records import read_jsonl, write_jsonl
 from whale_train.traces import read_episodes
 
+# `make test` runs the tests that time calls side by side on one worker, one after another
+pytestmark = pytest.mark.xdist_group("timing")
+
 
 def harness(body: str) -> object:
     """A legal harness (it passes the lint) whose ``run`` is ``body``."""

@@ -20,6 +20,9 @@ from whale_envs.math import MathEnv, MathProblem
 from whale_envs.math.verify import _HELPER, check, latex_clean
 from whale_envs.tasks import ListSource, Task
 
+# `make test` runs the tests that time calls side by side on one worker, one after another
+pytestmark = pytest.mark.xdist_group("timing")
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

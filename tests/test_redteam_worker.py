@@ -26,6 +26,9 @@ from whale_envs.sandbox import bundle
 from whale_train.llm.scripted import ScriptedLLM
 from whale_train.rollout import EpisodeLimits, RolloutConfig, run_rollouts
 
+# `make test` runs the jail and sandbox-pool tests on one worker, one after another (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("sandbox")
+
 MATH = "whale/Math-v0"
 MATH_TASKS = {"tasks": "generated?families=arithmetic&difficulty=1", "split": "test"}
 HEADER = "from harnesses.base import Harness\n"

@@ -11,8 +11,13 @@ import statistics
 import threading
 import time
 
+import pytest
+
 from whale_envs.search.corpus import Corpus, Passage
 from whale_envs.search.server import BM25Backend, RetrievalServer
+
+# `make test` runs the tests that time calls side by side on one worker, one after another
+pytestmark = pytest.mark.xdist_group("timing")
 
 
 def test_a_keep_alive_client_gets_each_reply_without_the_delayed_ack_stall():

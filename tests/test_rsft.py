@@ -151,6 +151,7 @@ def test_phase_length_in_epochs(fresh_model_dir):
 # ------------------------------------------------------------------------------------ the effect, small
 
 
+@pytest.mark.effect
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_six_rsft_steps_raise_held_out_math_accuracy_of_the_shipped_model(seed):

@@ -25,6 +25,9 @@ from tests.sandbox_script import LOAD_SANDBOX
 from whale_envs import sandbox
 from whale_envs.sandbox import Limits, forkserver, pool, run_python
 
+# `make test` runs the jail and sandbox-pool tests on one worker, one after another (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("sandbox")
+
 JAILED = Limits(wall_s=8, cpu_s=4, memory_mb=256, isolation="namespaces")
 PROJECT = Path(__file__).resolve().parent.parent
 
