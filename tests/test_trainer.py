@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,13 +13,15 @@ import pytest
 import yaml
 
 from tests.crash import crash_env
+from tests.folder_archive import unpack
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.report import write_report
 from whale_train.trainer import Run, TrainConfig
 
 MODEL = str(SHIPPED_MODEL)  # the shipped model stops where it should: short, realistic rollouts
-#: A run folder that an older ``whale train`` made and a SIGKILL stopped (see the test that resumes it).
-OLD_RUN = Path(__file__).resolve().parent / "fixtures" / "old_run"
+#: A run folder that an older ``whale train`` made and a SIGKILL stopped (see the test that resumes it),
+#: packed by ``tests/folder_archive.py``.
+OLD_RUN = Path(__file__).resolve().parent / "fixtures" / "old_run.tar.gz"
 
 SMOKE = {
     "env": "whale/Math-v0",
@@ -210,8 +211,8 @@ def test_a_run_killed_at_random_points_resumes_to_the_same_ledger_and_archive(tm
 
 
 def test_a_run_folder_of_an_older_trainer_resumes_elsewhere_with_todays_code(tmp_path, monkeypatch):
-    """``tests/fixtures/old_run`` is a real run folder, made by ``whale train`` before the trainer became
-    the ``whale_train.trainer`` package: method whale on the SMOKE settings (LoRA of rank 2 and no saved
+    """``tests/fixtures/old_run.tar.gz`` packs a real run folder, made by ``whale train`` before the trainer
+    became the ``whale_train.trainer`` package: method whale on the SMOKE settings (LoRA of rank 2 and no saved
     model versions, so its checkpoints are small; report_to none), under ``WHALE_SPLIT_SECRET=old-run-fixture``,
     SIGKILLed after unit 4's checkpoint and before its state.json (``tests/faults``: ``before_state@5``).
     So its ledger holds a line past state.json's ``ledger_lines`` and two resume checkpoints. One edit: the
@@ -220,8 +221,8 @@ def test_a_run_folder_of_an_older_trainer_resumes_elsewhere_with_todays_code(tmp
     continues it: the kept ledger is untouched, the cut unit reruns to the same line, units and rollouts
     count on, the weights go on from the checkpoint's version, and the run stops and reports."""
     monkeypatch.setenv("WHALE_SPLIT_SECRET", "old-run-fixture")
-    run_dir = tmp_path / "elsewhere" / "old_run"
-    shutil.copytree(OLD_RUN, run_dir)
+    run_dir = unpack(OLD_RUN, tmp_path / "elsewhere")
+    assert run_dir == tmp_path / "elsewhere" / "old_run"
     before = ledger(run_dir)
     state = json.loads((run_dir / "state.json").read_text())
     kept = state["ledger_lines"]
