@@ -6,16 +6,6 @@ from __future__ import annotations
 import argparse
 
 from whale_train.cli import common
-from whale_train.cli.common import (
-    add_backend_flags,
-    add_limit_flags,
-    console,
-    count,
-    episode_limits,
-    errors,
-    isolation_of,
-    make_env,
-)
 from whale_train.cli.registry import command
 from whale_train.harness_for import load_harness_for
 
@@ -24,16 +14,13 @@ from whale_train.harness_for import load_harness_for
 def arguments(p: argparse.ArgumentParser) -> None:
     from whale_train.check import CHECK_TASKS
 
-    p.add_argument("--env", required=True, help="env id, e.g. whale/Math-v0")
-    p.add_argument("--harness", required=True, help="a harness file, or a shipped name like math/h0")
-    p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
-    p.add_argument(
-        "--model",
-        default=None,
+    common.add_env_flags(p)
+    common.add_harness_flag(p)
+    common.add_model_flags(
+        p,
         help="the model the harness will run with: the stand-ins copy it, and it answers other tasks' "
         "prompts, as in the harness search (default: the shipped tiny model)",
     )
-    add_backend_flags(p)
     p.add_argument(
         "--no-model",
         action="store_true",
@@ -41,14 +28,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--n-tasks",
-        type=count(1),
+        type=common.count(1),
         default=CHECK_TASKS,
         help="train-split tasks, one episode per stand-in each (the default catches a harness that "
         "solves 3x the chance level by itself; see docs/HARNESSES.md)",
     )
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (the same seed, the same samples)")
-    p.add_argument("--trusted", action="store_true", help="run a shipped harness in this process (faster)")
-    add_limit_flags(p, 10.0, 64)
+    common.add_episode_flags(p, 10.0, 64)
     p.set_defaults(func=cmd_check)
 
 
@@ -56,13 +41,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     from whale_train.check import check_harness
     from whale_train.rollout import RolloutConfig
 
-    env = make_env(args.env, args.tasks, "train").unwrapped  # a bad env or task source: a user error first
+    # a bad env or task source: a user error first
+    env = common.make_env(args.env, args.tasks, "train").unwrapped
     harness = load_harness_for(args.harness, args.env, trusted=args.trusted)
     env_kwargs = {"tasks": args.tasks} if args.tasks else {}
-    limits = episode_limits(args)
-    isolation = isolation_of(RolloutConfig(trusted=args.trusted), env, harness)
+    limits = common.episode_limits(args)
+    isolation = common.isolation_of(RolloutConfig(trusted=args.trusted), env, harness)
     llm = None if args.no_model else common.load_llm(args)
-    with errors.status(f"check_harness {harness.name}: starting") as status:
+    with common.errors.status(f"check_harness {harness.name}: starting") as status:
         report = check_harness(
             harness,
             args.env,
@@ -78,6 +64,6 @@ def cmd_check(args: argparse.Namespace) -> int:
                 f"check_harness {harness.name}: {done}/{total} episodes ({mode} stand-in)"
             ),
         )
-    console.print(str(report), markup=False, highlight=False)
-    console.print(f"  isolation: {isolation}", markup=False, highlight=False)
+    common.console.print(str(report), markup=False, highlight=False)
+    common.console.print(f"  isolation: {isolation}", markup=False, highlight=False)
     return 0 if report.ok else 1

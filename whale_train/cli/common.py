@@ -1,6 +1,7 @@
 """What the ``whale`` commands share: the consoles, the argument types and the flags several commands
-take (``--set``, ``--backend``/``--base-url``, the episode limits), the one-line checks of an env and a
-model before any work starts, the isolation check, the progress bar, and the summary of failed episodes.
+take (``--set``, ``--env``/``--tasks``, ``--harness``, ``--model``/``--backend``/``--base-url``, an
+episode's seed and limits), the one-line checks of an env and a model before any work starts, the
+isolation check, the progress bar, and the summary of failed episodes.
 """
 
 from __future__ import annotations
@@ -73,6 +74,26 @@ def add_set_option(p: argparse.ArgumentParser, help: str = "override a config fi
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 
+def add_env_flags(p: argparse.ArgumentParser, example: str = "whale/Math-v0") -> None:
+    """--env (required) and --tasks (read by :func:`make_env`), the same for every command that builds an
+    env; ``example`` is the env id its help shows."""
+    p.add_argument("--env", required=True, help=f"env id, e.g. {example}")
+    p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
+
+
+def add_harness_flag(p: argparse.ArgumentParser, example: str = "math/h0") -> None:
+    """--harness (required): a harness file or a shipped name (read by ``load_harness_for``)."""
+    p.add_argument("--harness", required=True, help=f"a harness file, or a shipped name like {example}")
+
+
+def add_model_flags(
+    p: argparse.ArgumentParser, help: str = "model directory or id (default: the shipped tiny model)"
+) -> None:
+    """--model and :func:`add_backend_flags`' flags (read by :func:`load_llm`)."""
+    p.add_argument("--model", default=None, help=help)
+    add_backend_flags(p)
+
+
 def add_backend_flags(p: argparse.ArgumentParser) -> None:
     """--backend and --base-url, the same for every command that loads a model."""
     p.add_argument(
@@ -86,8 +107,11 @@ def add_backend_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_limit_flags(p: argparse.ArgumentParser, timeout: float, calls: int) -> None:
-    """--episode-timeout, --max-llm-calls and --max-tokens (read by :func:`episode_limits`)."""
+def add_episode_flags(p: argparse.ArgumentParser, timeout: float, calls: int) -> None:
+    """--seed, --trusted and the limits of one episode: --episode-timeout, --max-llm-calls and
+    --max-tokens (read by :func:`episode_limits`)."""
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (the same seed, the same samples)")
+    p.add_argument("--trusted", action="store_true", help="run a shipped harness in this process (faster)")
     p.add_argument(
         "--episode-timeout",
         type=float,
@@ -100,7 +124,7 @@ def add_limit_flags(p: argparse.ArgumentParser, timeout: float, calls: int) -> N
 
 
 def episode_limits(args: argparse.Namespace):
-    """The ``EpisodeLimits`` of :func:`add_limit_flags`' flags; a bad value is a CLIError."""
+    """The ``EpisodeLimits`` of :func:`add_episode_flags`' flags; a bad value is a CLIError."""
     from whale_train.rollout import EpisodeLimits
 
     try:

@@ -13,8 +13,10 @@ from rich.table import Table
 from whale_envs.tasks import SPLIT_NAMES
 from whale_train.cli import common
 from whale_train.cli.common import (
-    add_backend_flags,
-    add_limit_flags,
+    add_env_flags,
+    add_episode_flags,
+    add_harness_flag,
+    add_model_flags,
     console,
     count,
     episode_limits,
@@ -36,10 +38,9 @@ from whale_train.harness_for import load_harness_for
     "sandboxed worker process.",
 )
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", required=True, help="env id, e.g. whale/Chess-v0")
-    p.add_argument("--harness", required=True, help="a harness file, or a shipped name like chess_puzzles/h0")
-    p.add_argument("--model", default=None, help="model directory or id (default: the shipped tiny model)")
-    add_backend_flags(p)
+    add_env_flags(p, "whale/Chess-v0")
+    add_harness_flag(p, "chess_puzzles/h0")
+    add_model_flags(p)
     p.add_argument(
         "--backend-option",
         dest="backend_options",
@@ -50,7 +51,6 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "settings (dtype=float32, max_model_len=2048, enforce_eager=true, multiprocess=true, "
         "continuous=true, ...); for --backend openai e.g. tokenizer=MODEL_DIR",
     )
-    p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
     p.add_argument(
         "--env-option",
         action="append",
@@ -63,13 +63,11 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "--limit", type=count(0), default=0, help="evaluate the first N tasks of the split (0 = all)"
     )
     p.add_argument("--k", type=count(1), default=8, help="samples per task (mean@k, pass@k)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (the same seed, the same samples)")
     p.add_argument(
         "--concurrency", type=count(1), default=128, help="episodes in flight (the model's batch size)"
     )
-    p.add_argument("--trusted", action="store_true", help="run a shipped harness in this process (faster)")
     p.add_argument("--out", default=None, help="write results.json and traces.jsonl here")
-    add_limit_flags(p, 30.0, 64)
+    add_episode_flags(p, 30.0, 64)
     p.set_defaults(func=cmd_eval)
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from whale_train.cli import common
 from whale_train.cli.common import (
-    add_backend_flags,
+    add_env_flags,
+    add_model_flags,
     add_set_option,
     console,
     count,
@@ -38,13 +39,11 @@ from whale_train.meta_harness.lineage import lineage_report
     "existing --out. The seed and the final incumbent are also scored on the held-out test split.",
 )
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", required=True, help="env id, e.g. whale/Math-v0")
+    add_env_flags(p)
     p.add_argument(
         "--iterations", type=count(1), required=True, help="search iterations in total (resumed ones count)"
     )
-    p.add_argument("--model", default=None, help="model directory or id (default: the shipped tiny model)")
-    add_backend_flags(p)
-    p.add_argument("--tasks", default=None, help="task source spec (default: the env's generator)")
+    add_model_flags(p)
     p.add_argument("--harness", default=None, help="the seed harness (default: the domain's h0)")
     p.add_argument("--out", default=None, help="output folder (default: runs/search-<domain>)")
     p.add_argument(
