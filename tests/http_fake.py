@@ -1,5 +1,6 @@
-"""What the tests' fake HTTP servers (an OpenAI-compatible endpoint, an LLM judge) share, and a fake
-OpenAI-compatible completions server that scores (``FakeCompletions``)."""
+"""What the tests' fake HTTP servers (an OpenAI-compatible endpoint, an LLM judge) share (``send_json``,
+from :mod:`whale_envs.http_json`), and a fake OpenAI-compatible completions server that scores
+(``FakeCompletions``)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-
-def send_json(handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
-    """Answer the request ``handler`` serves with ``status`` and ``body`` as JSON."""
-    data = json.dumps(body).encode()
-    handler.send_response(status)
-    handler.send_header("Content-Type", "application/json")
-    handler.send_header("Content-Length", str(len(data)))
-    handler.end_headers()
-    handler.wfile.write(data)
+from whale_envs.http_json import send_json
 
 
 def fake_logprob(prev: Any, tok: Any) -> float:

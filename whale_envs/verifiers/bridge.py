@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from whale_envs.http_json import send_json
+
 
 @dataclass
 class ModelCall:
@@ -46,21 +48,13 @@ class Bridge:
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 if not self.path.rstrip("/").endswith("/chat/completions"):
-                    return self._send(404, {"error": {"message": f"no route {self.path}"}})
+                    return send_json(self, 404, {"error": {"message": f"no route {self.path}"}})
                 text = bridge._serve(str(body.get("model", "")), list(body.get("messages") or []))
                 if text is None:
-                    return self._send(503, {"error": {"message": "the episode is over"}})
+                    return send_json(self, 503, {"error": {"message": "the episode is over"}})
                 if body.get("stream"):
                     return self._stream(str(body.get("model", "")), text)
-                return self._send(200, _completion(str(body.get("model", "")), text))
-
-            def _send(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                return send_json(self, 200, _completion(str(body.get("model", "")), text))
 
             def _stream(self, model: str, text: str) -> None:
                 self.send_response(200)
