@@ -10,6 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import whale_envs  # noqa: F401  (registers the envs)
+from tests.env_steps import step_refused
 from whale_envs.data import bundled_path
 from whale_envs.math import MathEnv, MathProblem, parse_action
 from whale_envs.tasks import ListSource, Task
@@ -80,11 +81,7 @@ def test_end_info_records_extraction_and_matcher():
     ],
 )
 def test_bad_actions_cost_a_turn_and_change_nothing(action, kind, needle):
-    env = custom_env()
-    obs0, info0 = env.reset()
-    obs, reward, terminated, truncated, info = env.step(action)
-    assert (reward, terminated, truncated) == (0.0, False, False)
-    assert info["error_kind"] == kind and needle in info["error"] and obs.startswith("Error: ")
+    obs0, obs, info = step_refused(custom_env(), action, kind, needle)
     assert obs.endswith(obs0) and info["tool_calls_used"] == 0 and not FINAL_KEYS & set(info)
 
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import whale_envs  # noqa: F401  (registers the envs)
+from tests.env_steps import step_refused
 from tests.http_fake import send_json
 from whale_envs.data import bundled_path
 from whale_envs.search import SearchQAEnv, normalize_answer, parse_action
@@ -184,11 +185,7 @@ def test_max_turns_option_and_zero_search_budget():
     ],
 )
 def test_bad_actions_are_clear_errors_that_change_nothing(action, kind, words):
-    env = SearchQAEnv("hotpotqa")
-    obs0, info0 = env.reset(seed=4)
-    obs, reward, terminated, truncated, info = env.step(action)
-    assert (reward, terminated, truncated) == (0.0, False, False)
-    assert info["error_kind"] == kind and words in info["error"]
+    _, obs, info = step_refused(SearchQAEnv("hotpotqa"), action, kind, words, seed=4)
     assert obs.startswith(f"Error: {info['error']}") and "search: <query>" in obs
     assert info["searches_used"] == 0 and info["passages"] == [] and info["turn"] == 1
 
