@@ -16,6 +16,7 @@ import gymnasium as gym
 from rich.console import Console
 from rich.markup import escape
 
+from whale_envs import MATH_ID
 from whale_envs.tasks import TaskSourceError
 from whale_train.domains import import_env_module
 from whale_train.errors import CLIError
@@ -74,7 +75,7 @@ def add_set_option(p: argparse.ArgumentParser, help: str = "override a config fi
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 
-def add_env_flags(p: argparse.ArgumentParser, example: str = "whale/Math-v0") -> None:
+def add_env_flags(p: argparse.ArgumentParser, example: str = MATH_ID) -> None:
     """--env (required) and --tasks (read by :func:`make_env`), the same for every command that builds an
     env; ``example`` is the env id its help shows."""
     p.add_argument("--env", required=True, help=f"env id, e.g. {example}")

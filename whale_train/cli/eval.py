@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from whale_envs import CHESS_ID
 from whale_envs.tasks import SPLIT_NAMES
 from whale_train.cli import common
 from whale_train.cli.common import (
@@ -38,7 +39,7 @@ from whale_train.harness_for import load_harness_for
     "sandboxed worker process.",
 )
 def arguments(p: argparse.ArgumentParser) -> None:
-    add_env_flags(p, "whale/Chess-v0")
+    add_env_flags(p, CHESS_ID)
     add_harness_flag(p, "chess_puzzles/h0")
     add_model_flags(p)
     p.add_argument(

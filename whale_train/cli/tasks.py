@@ -9,6 +9,7 @@ from collections import Counter
 from rich.markup import escape
 from rich.table import Table
 
+from whale_envs import CHESS_ID
 from whale_envs.tasks import SPLIT_NAMES
 from whale_train.cli.common import add_env_flags, console, count, make_env
 from whale_train.cli.registry import command
@@ -16,7 +17,7 @@ from whale_train.cli.registry import command
 
 @command("tasks", help="list the tasks of a source and split")
 def arguments(p: argparse.ArgumentParser) -> None:
-    add_env_flags(p, "whale/Chess-v0")
+    add_env_flags(p, CHESS_ID)
     p.add_argument("--split", default="test", choices=SPLIT_NAMES, help="which split's tasks")
     p.add_argument("--limit", type=count(0), default=20, help="show at most N tasks (0 = all)")
     p.set_defaults(func=cmd_tasks)
