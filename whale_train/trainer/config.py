@@ -62,7 +62,7 @@ class TrainConfig(Config):
         help="keyword arguments of the env (verifier: dapo, judge_mode, retriever, format_retries, max_turns)",
     )
     harness: str | None = option(
-        None, "the seed harness (default: the domain's base harness; a user's env must name its h0 file)"
+        None, "the seed harness (default: the domain's base harness; generic/h0 for an env without one)"
     )
     model: str | None = option(None, "model directory or id (default: the shipped tiny model)")
     backend: str = option("transformers", "transformers, vllm (in-process engine) or openai (servers)")
