@@ -57,15 +57,10 @@ SLOTS = {
 }
 
 CONSTANTS = {
-    "temperature": Constant(
-        (1.0, 0.7, 0.4, 0.0),
-        "sampling temperature",
-        {"wrong": 0.3, "illegal": 0.3, "parse": 0.2},
-        lambda g: g["slots"]["action"] != "choose",
+    "temperature": core.temperature(
+        {"wrong": 0.3, "illegal": 0.3, "parse": 0.2}, lambda g: g["slots"]["action"] != "choose"
     ),
-    "samples": Constant(
-        (4, 8, 16), "samples per vote", {"wrong": 0.3}, lambda g: g["slots"]["action"] == "vote"
-    ),
+    "samples": core.samples(lambda g: g["slots"]["action"] == "vote"),
     "format_retries": core.format_retries(reply="answer"),
     "illegal_retries": Constant(
         (0, 1, 2, 3),

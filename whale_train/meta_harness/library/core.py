@@ -87,6 +87,28 @@ def format_retries(values: tuple[int, ...] = (0, 1, 2), reply: str = "reply") ->
     )
 
 
+#: The sampling temperatures every library tries (h0 samples at the first).
+TEMPERATURES = (1.0, 0.7, 0.4, 0.0)
+
+
+def temperature(
+    targets: dict[str, float],
+    active: Callable[[Genome], bool] = lambda g: True,
+    values: tuple[float, ...] = TEMPERATURES,
+) -> Constant:
+    """The constant every library has: the sampling temperature, tried for the failures of ``targets``
+    (where ``active``: not under a likelihood choice, which samples nothing)."""
+    return Constant(values, "sampling temperature", targets, active)
+
+
+def samples(
+    active: Callable[[Genome], bool], values: tuple[int, ...] = (4, 8, 16), per: str = "vote"
+) -> Constant:
+    """The constant of every library's voting mechanisms: samples per vote (or per reply), tried for wrong
+    answers, where ``active`` (a mechanism that samples several)."""
+    return Constant(values, f"samples per {per}", {"wrong": 0.3}, active)
+
+
 def hint_slot(**hints: Choice) -> dict[str, Choice]:
     """The hint slot every built-in domain has: no hint (h0), or one of ``hints`` (a line the render
     puts before the instruction)."""

@@ -24,7 +24,17 @@ from typing import Any
 
 from harnesses.base import Harness
 from harnesses.validate import validate_source
-from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, format_retries, py
+from whale_train.meta_harness.library.core import (
+    TEMPERATURES,
+    Choice,
+    Constant,
+    DomainLibrary,
+    Genome,
+    format_retries,
+    py,
+    samples,
+    temperature,
+)
 
 #: The class attributes a genome's constants set, with the base class's defaults.
 TUNED = ("temperature", "max_tokens", "format_retries")
@@ -71,11 +81,10 @@ def seed_library(seed_source: str, domain: str, options_field: str | None = None
     not_choose = lambda g: g["slots"]["action"] != "choose"  # noqa: E731
     tokens = int(values["max_tokens"])
     constants = {
-        "temperature": Constant(
-            _values((1.0, 0.7, 0.4, 0.0), values["temperature"], reverse=True),
-            "sampling temperature",
+        "temperature": temperature(
             {"wrong": 0.3, "parse": 0.2},
             not_choose,
+            _values(TEMPERATURES, values["temperature"], reverse=True),
         ),
         "max_tokens": Constant(
             _values((max(8, tokens // 2), tokens * 2), tokens),
@@ -84,9 +93,7 @@ def seed_library(seed_source: str, domain: str, options_field: str | None = None
             not_choose,
         ),
         "format_retries": format_retries(_values((0, 1, 2), values["format_retries"])),
-        "samples": Constant(
-            (4, 8, 16), "samples per vote", {"wrong": 0.3}, lambda g: g["slots"]["action"] == "vote"
-        ),
+        "samples": samples(lambda g: g["slots"]["action"] == "vote"),
     }
     h0: Genome = {
         "domain": domain,

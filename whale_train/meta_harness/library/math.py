@@ -58,10 +58,8 @@ SLOTS = {
 }
 
 CONSTANTS = {
-    "temperature": Constant((1.0, 0.7, 0.4, 0.0), "sampling temperature", {"wrong": 0.3, "parse": 0.2}),
-    "samples": Constant(
-        (4, 8, 16), "samples per reply", {"wrong": 0.3}, lambda g: g["slots"]["action"] != "generate"
-    ),
+    "temperature": core.temperature({"wrong": 0.3, "parse": 0.2}),
+    "samples": core.samples(lambda g: g["slots"]["action"] != "generate", per="reply"),
     "max_tokens": Constant((32, 48, 96), "tokens per reply", {"truncated": 1.0}),
     "format_retries": core.format_retries(),
 }

@@ -60,8 +60,8 @@ CONSTANTS = {
         (1, 2, 3), "passages shown per search (the passage budget)", {"missed": 0.6, "partial": 0.3}
     ),
     "passage_chars": Constant((200, 400, 800), "characters shown per passage", {"missed": 0.3, "wrong": 0.1}),
-    "temperature": Constant((1.0, 0.7, 0.4, 0.0), "sampling temperature", {"wrong": 0.4, "parse": 0.2}),
-    "samples": Constant((4, 8), "samples per vote", {"wrong": 0.3}, lambda g: g["slots"]["answer"] == "vote"),
+    "temperature": core.temperature({"wrong": 0.4, "parse": 0.2}),
+    "samples": core.samples(lambda g: g["slots"]["answer"] == "vote", (4, 8)),
     "follow_ups": Constant(
         (1, 2), "follow-up searches", {"partial": 0.6}, lambda g: g["slots"]["follow_up"] != "none"
     ),
