@@ -20,11 +20,11 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 import reasoning_gym
-import yaml
 from gymnasium.utils.env_checker import check_env
 
 from harnesses.loader import harness_from_source, load_harness
-from tests.test_trainer import ledger, units
+from tests.small_train import run_train, small_train_config
+from tests.test_trainer import units
 from whale_envs import REASONING_GYM_ID
 from whale_envs.reasoning_gym import parse_answer
 from whale_envs.reasoning_gym.seeds import generation_seed
@@ -402,26 +402,9 @@ def test_whale_search_proposes_generic_mechanisms_on_generic_h0(tmp_path):
 @pytest.mark.slow
 def test_whale_train_on_a_reasoning_gym_dataset_reaches_a_harness_phase(tmp_path):
     """No harness named: generic/h0 is the seed; both operators run on one ledger."""
-    config = {
-        "name": "legs",
-        "env": REASONING_GYM_ID,
-        "env_options": {"dataset": "leg_counting", "size": 120},
-        "budget_rollouts": 40,
-        "schedule": {"weight_epochs": 0.05, "harness_iterations": 1},
-        "rsft": {"batch_tasks": 4, "samples": 2},
-        "search": {
-            "candidates": 1,
-            "harness_tasks": 8,
-            "frontier_size": 1,
-            "check_tasks": 2,
-            "concurrency": 8,
-        },
-        "eval": {"k": 1, "limit": 4},
-        "concurrency": 8,
-    }
-    (tmp_path / "legs.yaml").write_text(yaml.safe_dump(config))
-    assert main(["train", str(tmp_path / "legs.yaml"), "--out", str(tmp_path / "t"), "--no-report"]) == 0
-    events = ledger(tmp_path / "t")
+    env_options = {"dataset": "leg_counting", "size": 120}
+    config = small_train_config("legs", REASONING_GYM_ID, env_options=env_options)
+    events = run_train(tmp_path, config, "--no-report")
     us = units(events)
     assert "harness" in {u["phase"] for u in us}
     assert sum(u["rollouts"] for u in us) == us[-1]["rollouts_total"] <= 40

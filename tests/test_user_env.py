@@ -13,11 +13,11 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-import yaml
 
 from harnesses.loader import harness_from_source, load_harness
+from tests.small_train import run_train, small_train_config
 from tests.test_meta_harness_llm import Server, tool_call
-from tests.test_trainer import MODEL, ledger, units
+from tests.test_trainer import MODEL, units
 from whale_train.cli import main
 from whale_train.domains import Domain, domain_for, get_domain, register_domain, registry
 from whale_train.llm.scripted import ScriptedLLM
@@ -165,27 +165,7 @@ def test_whale_eval_search_and_train_run_on_a_user_env(tmp_path):
     assert chooser.source == CHOOSER and chooser.meta["status"] == "valid" and chooser.eval(0)["mean"] > 0.25
 
     # train: a config naming the user's env and h0, both operators on one ledger
-    config = {
-        "name": "reverse",
-        "env": ENV,
-        "harness": H0,
-        "model": MODEL,
-        "budget_rollouts": 40,
-        "schedule": {"weight_epochs": 0.05, "harness_iterations": 1},
-        "rsft": {"batch_tasks": 4, "samples": 2},
-        "search": {
-            "candidates": 1,
-            "harness_tasks": 8,
-            "frontier_size": 1,
-            "check_tasks": 2,
-            "concurrency": 8,
-        },
-        "eval": {"k": 1, "limit": 4},
-        "concurrency": 8,
-    }
-    (tmp_path / "reverse.yaml").write_text(yaml.safe_dump(config))
-    assert main(["train", str(tmp_path / "reverse.yaml"), "--out", str(tmp_path / "t")]) == 0
-    events = ledger(tmp_path / "t")
+    events = run_train(tmp_path, small_train_config("reverse", ENV, harness=H0, model=MODEL))
     us = units(events)
     assert {u["phase"] for u in us} == {"weight", "harness"}
     assert sum(u["rollouts"] for u in us) == us[-1]["rollouts_total"] <= 40

@@ -25,12 +25,12 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
-import yaml
 from gymnasium.utils.env_checker import check_env
 
 import whale_envs
 from tests.http_fake import send_json
-from tests.test_trainer import MODEL, ledger, units
+from tests.small_train import run_train, small_train_config
+from tests.test_trainer import MODEL, units
 from whale_envs.tasks import TaskSourceError
 from whale_train.cli import main
 from whale_train.rollout.episode import harness_view
@@ -298,28 +298,11 @@ def test_whale_eval_with_generic_h0_scores_by_the_taskset_s_reward(tmp_path):
 
 @pytest.mark.slow
 def test_whale_train_on_a_verifiers_taskset_reaches_a_harness_phase(tmp_path):
-    config = {
-        "name": "verifiers-arith",
-        "env": ENV,
-        "env_options": {"taskset": "whale_test_arith", "taskset_args": {"num_tasks": 40}},
-        "harness": "generic/h0",
-        "model": MODEL,
-        "budget_rollouts": 24,
-        "schedule": {"weight_epochs": 0.05, "harness_iterations": 1},
-        "rsft": {"batch_tasks": 2, "samples": 2},
-        "search": {
-            "candidates": 1,
-            "harness_tasks": 4,
-            "frontier_size": 1,
-            "check_tasks": 2,
-            "concurrency": 4,
-        },
-        "eval": {"k": 1, "limit": 2},
-        "concurrency": 4,
-    }
-    (tmp_path / "arith.yaml").write_text(yaml.safe_dump(config))
-    assert main(["train", str(tmp_path / "arith.yaml"), "--out", str(tmp_path / "t")]) == 0
-    phases = {u["phase"] for u in units(ledger(tmp_path / "t"))}
+    env_options = {"taskset": "whale_test_arith", "taskset_args": {"num_tasks": 40}}
+    config = small_train_config(
+        "verifiers-arith", ENV, budget=24, tasks=4, env_options=env_options, harness="generic/h0", model=MODEL
+    )
+    phases = {u["phase"] for u in units(run_train(tmp_path, config))}
     assert "harness" in phases, phases
 
 
