@@ -117,11 +117,12 @@ lint: install
 test: lint install-claude-code
 	$(MAKE) --keep-going --jobs=2 --output-sync=target test-main test-side
 
-# The main suite on pytest-xdist workers. Most of its time is waits on subprocesses (sandboxes, `whale`
-# commands, servers), so more workers than cores pay. --dist loadgroup runs the tests of one
-# xdist_group (a mark on the files that count processes or sandboxes, or time themselves) on one worker,
-# one after another. `make test-main PYTEST_WORKERS=0` runs it in one process.
-PYTEST_WORKERS ?= 4
+# The main suite on pytest-xdist workers, one per core of the 2-core machine CI runs on (each worker
+# collects the suite and imports its libraries again, and the side suites run beside them). --dist
+# loadgroup runs the tests of one xdist_group (a mark on the files that count processes or sandboxes, or
+# time themselves) on one worker, one after another. `make test-main PYTEST_WORKERS=0` runs it in one
+# process.
+PYTEST_WORKERS ?= 2
 
 test-main: install
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
