@@ -31,6 +31,15 @@ def _traj(task: str, sample: int, *, solved=False, failure="", error=None, harne
     )
 
 
+@pytest.fixture(autouse=True)
+def _wide_console(monkeypatch):
+    """The table and the episode's rule hold the folder's path: under pytest-xdist it is longer
+    (``popen-gw0/``) and a 200-column table squeezed the error column into wrapped words."""
+    from rich.console import Console
+
+    monkeypatch.setattr("whale_train.cli.traces.console", Console(soft_wrap=True, width=400))
+
+
 def write(tmp_path):
     trajs = [
         _traj("gen-1", 0, solved=True),
