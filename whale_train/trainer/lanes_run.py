@@ -40,29 +40,12 @@ from whale_train.meta_harness.search import Proposed
 from whale_train.schedule import RunState, Schedule, ScheduleDecision, overlaps
 from whale_train.trainer.config import TrainConfig
 from whale_train.trainer.interrupt import stop_if_interrupted
+from whale_train.trainer.units import harness_signals
 
 
 def uses_lanes(config: TrainConfig) -> bool:
     """Whether a run of ``config`` runs on two lanes (overlap, or a proposer latency to measure)."""
     return overlaps(config.method, config.schedule) or config.schedule.proposer_latency is not None
-
-
-def _signals(kind: str, result: dict[str, Any]) -> dict[str, Any]:
-    """A harness unit's signals, as strict alternation records them."""
-    signals = {
-        "kind": kind,
-        "improved": bool(result.get("improved")),
-        "accepted": bool(result.get("accepted")),
-        "incumbent": result.get("incumbent"),
-        "reason": result.get("reason"),
-        "candidates": [
-            {k: c.get(k) for k in ("id", "status", "mean", "reason") if k in c}
-            for c in result.get("candidates", [])
-        ],
-    }
-    if result.get("proposer_rollouts"):  # the agent proposer's tries: charged, and shown apart
-        signals["proposer_rollouts"] = int(result["proposer_rollouts"])
-    return signals
 
 
 class RunLanes:
@@ -216,7 +199,7 @@ class RunLanes:
         if result.get("rescore_rollouts"):
             self.rescored.add(version)  # charged to this iteration: a later re-scoring of it costs nothing
         rollouts = int(result["rollouts"]) + int(result.get("proposer_rollouts") or 0)
-        signals = _signals("iteration", result)
+        signals = harness_signals("iteration", result)
         signals.update(traces_version=result["traces_version"], version_gap=result["version_gap"])
         request = arrival.request
         requested_t = self.state.pending["requested_t"] if self.state.pending else t_start
@@ -255,7 +238,7 @@ class RunLanes:
         self.rescored.add(version)
         self.state.side_open, self.state.side_index = True, self.state.phases
         self.state.side_units, self.state.side_improved = 0, []
-        self._record_harness(_signals("rescore", result), int(result["rollouts"]), t_start, None)
+        self._record_harness(harness_signals("rescore", result), int(result["rollouts"]), t_start, None)
 
     def _record_harness(
         self, signals: dict[str, Any], rollouts: int, t_start: float, proposal: dict[str, Any] | None

@@ -161,19 +161,25 @@ class RunUnits:
         self.state.harness_improved.append(bool(result.get("improved")))
         self.harness = search.incumbent
         self.log(f"  harness {kind}: {result.get('summary', '')}")
-        signals = {
-            "kind": kind,
-            "improved": bool(result.get("improved")),
-            "accepted": bool(result.get("accepted")),
-            "incumbent": result.get("incumbent"),
-            "reason": result.get("reason"),
-            "candidates": [
-                {k: c.get(k) for k in ("id", "status", "mean", "reason") if k in c}
-                for c in result.get("candidates", [])
-            ],
-        }
+        signals = harness_signals(kind, result)
         if kind == "iteration":  # iterations in a row that proposed nothing: the search is exhausted
             self.state.empty_iterations = 0 if signals["candidates"] else self.state.empty_iterations + 1
-        if result.get("proposer_rollouts"):  # the agent proposer's tries: charged, and shown apart
-            signals["proposer_rollouts"] = int(result["proposer_rollouts"])
         return signals, int(result["rollouts"]) + int(result.get("proposer_rollouts") or 0)
+
+
+def harness_signals(kind: str, result: dict[str, Any]) -> dict[str, Any]:
+    """A harness unit's signals for the ledger (strict alternation and the overlapped lanes alike)."""
+    signals = {
+        "kind": kind,
+        "improved": bool(result.get("improved")),
+        "accepted": bool(result.get("accepted")),
+        "incumbent": result.get("incumbent"),
+        "reason": result.get("reason"),
+        "candidates": [
+            {k: c.get(k) for k in ("id", "status", "mean", "reason") if k in c}
+            for c in result.get("candidates", [])
+        ],
+    }
+    if result.get("proposer_rollouts"):  # the agent proposer's tries: charged, and shown apart
+        signals["proposer_rollouts"] = int(result["proposer_rollouts"])
+    return signals
