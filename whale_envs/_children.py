@@ -61,232 +61,240 @@ EPISODE_NAMESPACES = (
 #: ``process_vm_*``, handles (``name_to_handle_at``), ``mount`` and ``unshare`` (the template's only),
 #: ``setns``, ``io_uring``.
 #:
-#: name: (x86_64 number, aarch64 number or None where the call does not exist there, profiles, why).
+#: The table, a call a line: its name, its x86_64 number, its aarch64 number (``-`` where the call does
+#: not exist there), who may make it and why. Read into :data:`SYSCALLS` below.
+_SYSCALL_TABLE = """
+# name             x86_64 aarch64  who  why
+# reading and writing open files (the most frequent calls first: the filter is a linear scan)
+newfstatat            262      79  TWE  stat of a path (imports stat every candidate file)
+read                    0      63  TWE  read an open file or pipe
+lseek                   8      62  TWE  seek (imports, buffered files)
+openat                257      56  TWE  open (the file system is the jail's; read-only but /sandbox)
+close                   3      57  TWE  close
+ioctl                  16      29  TWE  only the commands of ARGUMENTS (isatty, FIONREAD, close-on-exec)
+fstat                   5      80  TWE  stat of an open file
+write                   1      64  TWE  write an open file or pipe (stdout, the template's pipes)
+mmap                    9     222  TWE  memory; shared libraries
+brk                    12     214  TWE  memory
+getdents64            217      61  TWE  list a folder (imports)
+rt_sigaction           13     134  TWE  signal handlers (Python installs its own)
+mprotect               10     226  TWE  memory protection (loading libraries, thread stacks)
+munmap                 11     215  TWE  memory
+mremap                 25     216  TWE  memory (realloc of large blocks)
+madvise                28     233  TWE  memory hints (malloc, numpy)
+fcntl                  72      25  TWE  only the commands of ARGUMENTS (flags and descriptor duplication)
+readv                  19      65  TWE  vector read
+writev                 20      66  TWE  vector write
+pread64                17      67  TWE  positioned read (the dynamic loader, zipimport)
+pwrite64               18      68  TWE  positioned write
+preadv                295      69  TWE  positioned vector read
+pwritev               296      70  TWE  positioned vector write
+preadv2               327     286  TWE  positioned vector read
+pwritev2              328     287  TWE  positioned vector write
+dup                    32      23  TWE  duplicate a descriptor
+dup2                   33       -  TWE  duplicate a descriptor (subprocess, the template's pipes)
+dup3                  292      24  TWE  duplicate a descriptor
+close_range           436     436  TWE  close many descriptors (subprocess)
+fsync                  74      82  TWE  flush a file
+fdatasync              75      83  TWE  flush a file
+ftruncate              77      46  TWE  truncate an open file
+truncate               76      45  TWE  truncate a file
+sendfile               40      71  TWE  copy between descriptors (shutil.copyfile)
+copy_file_range       326     285  TWE  copy between descriptors (shutil)
+statfs                137      43  TWE  file system statistics (os.statvfs, shutil.disk_usage)
+fstatfs               138      44  TWE  file system statistics
+# paths (in the jail: read-only views and the call's own tmpfs)
+open                    2       -  TWE  open
+stat                    4       -  TWE  stat of a path
+lstat                   6       -  TWE  stat of a link
+statx                 332     291  TWE  stat of a path (newer glibc)
+access                 21       -  TWE  access check
+faccessat             269      48  TWE  access check
+faccessat2            439     439  TWE  access check (newer glibc)
+readlink               89       -  TWE  read a link (sys.executable, realpath)
+readlinkat            267      78  TWE  read a link
+getcwd                 79      17  TWE  working directory
+chdir                  80      49  TWE  working directory
+fchdir                 81      50  TWE  working directory
+mkdir                  83       -  TWE  make a folder (tempfile)
+mkdirat               258      34  TWE  make a folder
+rmdir                  84       -  TWE  remove a folder
+unlink                 87       -  TWE  remove a file
+unlinkat              263      35  TWE  remove a file
+rename                 82       -  TWE  rename
+renameat              264      38  TWE  rename
+renameat2             316     276  TWE  rename
+link                   86       -  TWE  hard link (in the call's own tmpfs: no link across a mount)
+linkat                265      37  TWE  hard link
+symlink                88       -  TWE  symbolic link
+symlinkat             266      36  TWE  symbolic link
+chmod                  90       -  TWE  file mode
+fchmod                 91      52  TWE  file mode
+fchmodat              268      53  TWE  file mode
+utimensat             280      88  TWE  file times (shutil.copy2)
+umask                  95     166  TWE  file creation mask
+# memory policy
+msync                  26     227  TWE  flush a mapping
+mbind                 237     235  TWE  memory policy of the process's own pages (the BLAS of numpy)
+# processes and threads (the PID namespace bounds whom a signal or a wait can reach)
+clone                  56     220  TWE  threads and fork; flags checked: no CLONE_NEW* (no namespaces)
+fork                   57       -  TWE  fork
+vfork                  58       -  TWE  subprocess (posix_spawn)
+execve                 59     221  TWE  run a program (the interpreter itself); it keeps this filter
+exit                   60      93  TWE  end a thread
+exit_group            231      94  TWE  end the process
+wait4                  61     260  TWE  wait for a child
+waitid                247      95  TWE  wait for a child
+set_tid_address       218      96  TWE  thread start-up (glibc)
+set_robust_list       273      99  TWE  thread start-up (glibc)
+rseq                  334     293  TWE  restartable sequences (glibc registers each thread)
+futex                 202      98  TWE  locks between the threads of one process (private futexes)
+arch_prctl            158       -  TWE  thread-local storage (x86_64)
+prctl                 157     167  TWE  only the options of ARGUMENTS
+getpid                 39     172  TWE  own ids
+getppid               110     173  TWE  own ids
+gettid                186     178  TWE  own ids
+getuid                102     174  TWE  own ids
+geteuid               107     175  TWE  own ids
+getgid                104     176  TWE  own ids
+getegid               108     177  TWE  own ids
+getgroups             115     158  TWE  own ids
+getresuid             118     148  TWE  own ids
+getresgid             120     150  TWE  own ids
+getpgrp               111       -  TWE  own process group
+getpgid               121     155  TWE  process group
+getsid                124     156  TWE  session
+setsid                112     157  TWE  new session (subprocess start_new_session)
+setpgid               109     154  TWE  new process group (each episode leads one)
+kill                   62     129  TWE  signal a process of the own PID namespace (the template ends episodes)
+tgkill                234     131  TWE  signal a thread of the own process
+tkill                 200     130  TWE  signal a thread
+rt_sigprocmask         14     135  TWE  signal mask
+rt_sigreturn           15     139  TWE  return from a signal handler
+rt_sigsuspend         130     133  TWE  wait for a signal
+rt_sigtimedwait       128     137  TWE  wait for a signal (signal.sigtimedwait)
+sigaltstack           131     132  TWE  signal stack (faulthandler)
+pause                  34       -  TWE  wait for a signal
+restart_syscall       219     128  TWE  the kernel restarts an interrupted sleep
+sched_getaffinity     204     123  TWE  usable CPUs (os.cpu_count, numpy)
+sched_yield            24     124  TWE  yield the CPU (spin locks of the BLAS)
+getrlimit              97     163  TWE  resource limits
+setrlimit             160     164  TWE  resource limits (only lower or within the hard limit)
+prlimit64             302     261  TWE  resource limits (the template sets each episode's memory)
+getrusage              98     165  TWE  own CPU time (resource, time.process_time)
+times                 100     153  TWE  own CPU time
+sysinfo                99     179  TWE  memory size (glibc, numpy)
+uname                  63     160  TWE  platform (the UTS namespace is the jail's own)
+# time
+clock_gettime         228     113  TWE  clocks (when the vDSO does not answer)
+clock_getres          229     114  TWE  clock resolution
+clock_nanosleep       230     115  TWE  time.sleep
+nanosleep              35     101  TWE  sleep
+gettimeofday           96     169  TWE  clock
+time                  201       -  TWE  clock
+getitimer              36     102  TWE  interval timers of the own process (signal.setitimer)
+setitimer              38     103  TWE  interval timers of the own process
+alarm                  37       -  TWE  signal.alarm
+getrandom             318     278  TWE  random numbers (os.urandom, hash seeds)
+# waiting on descriptors; nameless pipes and socket pairs (nothing another process can open)
+poll                    7       -  TWE  wait on descriptors (subprocess, the template's pipes)
+ppoll                 271      73  TWE  wait on descriptors
+select                 23       -  TWE  wait on descriptors
+pselect6              270      72  TWE  wait on descriptors
+epoll_create          213       -  TWE  selectors
+epoll_create1         291      20  TWE  selectors
+epoll_ctl             233      21  TWE  selectors
+epoll_wait            232       -  TWE  selectors
+epoll_pwait           281      22  TWE  selectors
+pipe                   22       -  TWE  a nameless pipe
+pipe2                 293      59  TWE  a nameless pipe
+eventfd2              290      19  TWE  a nameless counter (asyncio, some thread pools)
+socketpair             53     199  TWE  a nameless pair of sockets (asyncio)
+socket                 41     198  TWE  unix and inet only (ARGUMENTS): no netlink, packet, vsock, ...
+bind                   49     200  TWE  a unix name: abstract ones are per network namespace (the jail's own)
+listen                 50     201  TWE  on a unix socket
+accept                 43     202  TWE  on a unix socket
+accept4               288     242  TWE  on a unix socket
+connect                42     203  TWE  to a name of the own network namespace or writable folder
+sendto                 44     206  TWE  on a socket pair
+recvfrom               45     207  TWE  on a socket pair
+sendmsg                46     211  TWE  on a socket pair
+recvmsg                47     212  TWE  on a socket pair
+shutdown               48     210  TWE  on a socket pair
+getsockopt             55     209  TWE  on a socket pair
+setsockopt             54     208  TWE  on a socket pair
+getsockname            51     204  TWE  on a socket pair
+getpeername            52     205  TWE  on a socket pair
+# SysV shared memory: its keys live in the IPC namespace, the episode's or the call's own (the round-3
+# tests create segments and find no sibling's); messages, semaphores and POSIX queues stay out
+shmget                 29     194  TWE  a segment of the own IPC namespace
+shmat                  30     196  TWE  attach an own segment
+shmdt                  67     197  TWE  detach
+shmctl                 31     195  TWE  remove an own segment
+# the template alone: each episode's namespaces (isolate_episode), made before its filter is stacked
+unshare               272      97  W    an episode's namespaces
+mount                 165      40  W    an episode's private /proc
+capset                126      91  W    an episode drops every capability
+"""
+
+#: Syscalls allowed with some values of one argument only, a value a line: the call, the index of the
+#: argument, the value, who may pass it and what it is. Every other value fails with EPERM. Read into
+#: :data:`ARGUMENTS` below.
+_ARGUMENT_TABLE = """
+# call index  value   who  what
+fcntl      1  0       TWE  F_DUPFD
+fcntl      1  1       TWE  F_GETFD
+fcntl      1  2       TWE  F_SETFD (close-on-exec)
+fcntl      1  3       TWE  F_GETFL
+fcntl      1  4       TWE  F_SETFL (non-blocking; O_ASYNC signals nobody without F_SETOWN)
+fcntl      1  1030    TWE  F_DUPFD_CLOEXEC
+fcntl      1  1032    TWE  F_GETPIPE_SZ
+ioctl      1  0x5401  TWE  TCGETS (isatty: every open() asks)
+ioctl      1  0x5413  TWE  TIOCGWINSZ (terminal size; never a terminal here)
+ioctl      1  0x541B  TWE  FIONREAD (bytes waiting on a pipe)
+ioctl      1  0x5421  TWE  FIONBIO (non-blocking)
+ioctl      1  0x5450  TWE  FIONCLEX
+ioctl      1  0x5451  TWE  FIOCLEX
+socket     0  1       TWE  AF_UNIX: abstract names are per network namespace, paths per writable folder
+socket     0  2       TWE  AF_INET: an empty network namespace (code that tries the network fails cleanly)
+socket     0  10      TWE  AF_INET6: the same
+prctl      0  1       W    PR_SET_PDEATHSIG
+prctl      0  3       TWE  PR_GET_DUMPABLE
+prctl      0  4       W    PR_SET_DUMPABLE (an episode is not dumpable)
+prctl      0  15      TWE  PR_SET_NAME (a thread's name)
+prctl      0  16      TWE  PR_GET_NAME
+prctl      0  22      W    PR_SET_SECCOMP (an episode's own filter, stacked)
+prctl      0  36      W    PR_SET_CHILD_SUBREAPER (orphans come to the template)
+prctl      0  38      W    PR_SET_NO_NEW_PRIVS
+prctl      0  39      TWE  PR_GET_NO_NEW_PRIVS
+"""
+
+
+def _rows(table, columns):
+    """The rows of a text table: each line that is neither blank nor a ``#`` comment, split on white space
+    into ``columns`` fields (the last field is the rest of the line)."""
+    lines = (line.strip() for line in table.splitlines())
+    return [line.split(None, columns - 1) for line in lines if line and not line.startswith("#")]
+
+
+#: name -> (x86_64 number, aarch64 number or None where the call does not exist there, profiles, why), in
+#: the table's order.
 SYSCALLS = {
-    # reading and writing open files (the most frequent calls first: the filter is a linear scan)
-    "newfstatat": (262, 79, "TWE", "stat of a path (imports stat every candidate file)"),
-    "read": (0, 63, "TWE", "read an open file or pipe"),
-    "lseek": (8, 62, "TWE", "seek (imports, buffered files)"),
-    "openat": (257, 56, "TWE", "open (the file system is the jail's; read-only but /sandbox)"),
-    "close": (3, 57, "TWE", "close"),
-    "ioctl": (16, 29, "TWE", "only the commands of ARGUMENTS (isatty, FIONREAD, close-on-exec)"),
-    "fstat": (5, 80, "TWE", "stat of an open file"),
-    "write": (1, 64, "TWE", "write an open file or pipe (stdout, the template's pipes)"),
-    "mmap": (9, 222, "TWE", "memory; shared libraries"),
-    "brk": (12, 214, "TWE", "memory"),
-    "getdents64": (217, 61, "TWE", "list a folder (imports)"),
-    "rt_sigaction": (13, 134, "TWE", "signal handlers (Python installs its own)"),
-    "mprotect": (10, 226, "TWE", "memory protection (loading libraries, thread stacks)"),
-    "munmap": (11, 215, "TWE", "memory"),
-    "mremap": (25, 216, "TWE", "memory (realloc of large blocks)"),
-    "madvise": (28, 233, "TWE", "memory hints (malloc, numpy)"),
-    "fcntl": (72, 25, "TWE", "only the commands of ARGUMENTS (flags and descriptor duplication)"),
-    "readv": (19, 65, "TWE", "vector read"),
-    "writev": (20, 66, "TWE", "vector write"),
-    "pread64": (17, 67, "TWE", "positioned read (the dynamic loader, zipimport)"),
-    "pwrite64": (18, 68, "TWE", "positioned write"),
-    "preadv": (295, 69, "TWE", "positioned vector read"),
-    "pwritev": (296, 70, "TWE", "positioned vector write"),
-    "preadv2": (327, 286, "TWE", "positioned vector read"),
-    "pwritev2": (328, 287, "TWE", "positioned vector write"),
-    "dup": (32, 23, "TWE", "duplicate a descriptor"),
-    "dup2": (33, None, "TWE", "duplicate a descriptor (subprocess, the template's pipes)"),
-    "dup3": (292, 24, "TWE", "duplicate a descriptor"),
-    "close_range": (436, 436, "TWE", "close many descriptors (subprocess)"),
-    "fsync": (74, 82, "TWE", "flush a file"),
-    "fdatasync": (75, 83, "TWE", "flush a file"),
-    "ftruncate": (77, 46, "TWE", "truncate an open file"),
-    "truncate": (76, 45, "TWE", "truncate a file"),
-    "sendfile": (40, 71, "TWE", "copy between descriptors (shutil.copyfile)"),
-    "copy_file_range": (326, 285, "TWE", "copy between descriptors (shutil)"),
-    "statfs": (137, 43, "TWE", "file system statistics (os.statvfs, shutil.disk_usage)"),
-    "fstatfs": (138, 44, "TWE", "file system statistics"),
-    # paths (in the jail: read-only views and the call's own tmpfs)
-    "open": (2, None, "TWE", "open"),
-    "stat": (4, None, "TWE", "stat of a path"),
-    "lstat": (6, None, "TWE", "stat of a link"),
-    "statx": (332, 291, "TWE", "stat of a path (newer glibc)"),
-    "access": (21, None, "TWE", "access check"),
-    "faccessat": (269, 48, "TWE", "access check"),
-    "faccessat2": (439, 439, "TWE", "access check (newer glibc)"),
-    "readlink": (89, None, "TWE", "read a link (sys.executable, realpath)"),
-    "readlinkat": (267, 78, "TWE", "read a link"),
-    "getcwd": (79, 17, "TWE", "working directory"),
-    "chdir": (80, 49, "TWE", "working directory"),
-    "fchdir": (81, 50, "TWE", "working directory"),
-    "mkdir": (83, None, "TWE", "make a folder (tempfile)"),
-    "mkdirat": (258, 34, "TWE", "make a folder"),
-    "rmdir": (84, None, "TWE", "remove a folder"),
-    "unlink": (87, None, "TWE", "remove a file"),
-    "unlinkat": (263, 35, "TWE", "remove a file"),
-    "rename": (82, None, "TWE", "rename"),
-    "renameat": (264, 38, "TWE", "rename"),
-    "renameat2": (316, 276, "TWE", "rename"),
-    "link": (86, None, "TWE", "hard link (in the call's own tmpfs: no link across a mount)"),
-    "linkat": (265, 37, "TWE", "hard link"),
-    "symlink": (88, None, "TWE", "symbolic link"),
-    "symlinkat": (266, 36, "TWE", "symbolic link"),
-    "chmod": (90, None, "TWE", "file mode"),
-    "fchmod": (91, 52, "TWE", "file mode"),
-    "fchmodat": (268, 53, "TWE", "file mode"),
-    "utimensat": (280, 88, "TWE", "file times (shutil.copy2)"),
-    "umask": (95, 166, "TWE", "file creation mask"),
-    # memory policy
-    "msync": (26, 227, "TWE", "flush a mapping"),
-    "mbind": (237, 235, "TWE", "memory policy of the process's own pages (the BLAS of numpy)"),
-    # processes and threads (the PID namespace bounds whom a signal or a wait can reach)
-    "clone": (56, 220, "TWE", "threads and fork; flags checked: no CLONE_NEW* (no namespaces)"),
-    "fork": (57, None, "TWE", "fork"),
-    "vfork": (58, None, "TWE", "subprocess (posix_spawn)"),
-    "execve": (59, 221, "TWE", "run a program (the interpreter itself); it keeps this filter"),
-    "exit": (60, 93, "TWE", "end a thread"),
-    "exit_group": (231, 94, "TWE", "end the process"),
-    "wait4": (61, 260, "TWE", "wait for a child"),
-    "waitid": (247, 95, "TWE", "wait for a child"),
-    "set_tid_address": (218, 96, "TWE", "thread start-up (glibc)"),
-    "set_robust_list": (273, 99, "TWE", "thread start-up (glibc)"),
-    "rseq": (334, 293, "TWE", "restartable sequences (glibc registers each thread)"),
-    "futex": (202, 98, "TWE", "locks between the threads of one process (private futexes)"),
-    "arch_prctl": (158, None, "TWE", "thread-local storage (x86_64)"),
-    "prctl": (157, 167, "TWE", "only the options of ARGUMENTS"),
-    "getpid": (39, 172, "TWE", "own ids"),
-    "getppid": (110, 173, "TWE", "own ids"),
-    "gettid": (186, 178, "TWE", "own ids"),
-    "getuid": (102, 174, "TWE", "own ids"),
-    "geteuid": (107, 175, "TWE", "own ids"),
-    "getgid": (104, 176, "TWE", "own ids"),
-    "getegid": (108, 177, "TWE", "own ids"),
-    "getgroups": (115, 158, "TWE", "own ids"),
-    "getresuid": (118, 148, "TWE", "own ids"),
-    "getresgid": (120, 150, "TWE", "own ids"),
-    "getpgrp": (111, None, "TWE", "own process group"),
-    "getpgid": (121, 155, "TWE", "process group"),
-    "getsid": (124, 156, "TWE", "session"),
-    "setsid": (112, 157, "TWE", "new session (subprocess start_new_session)"),
-    "setpgid": (109, 154, "TWE", "new process group (each episode leads one)"),
-    "kill": (62, 129, "TWE", "signal a process of the own PID namespace (the template ends episodes)"),
-    "tgkill": (234, 131, "TWE", "signal a thread of the own process"),
-    "tkill": (200, 130, "TWE", "signal a thread"),
-    "rt_sigprocmask": (14, 135, "TWE", "signal mask"),
-    "rt_sigreturn": (15, 139, "TWE", "return from a signal handler"),
-    "rt_sigsuspend": (130, 133, "TWE", "wait for a signal"),
-    "rt_sigtimedwait": (128, 137, "TWE", "wait for a signal (signal.sigtimedwait)"),
-    "sigaltstack": (131, 132, "TWE", "signal stack (faulthandler)"),
-    "pause": (34, None, "TWE", "wait for a signal"),
-    "restart_syscall": (219, 128, "TWE", "the kernel restarts an interrupted sleep"),
-    "sched_getaffinity": (204, 123, "TWE", "usable CPUs (os.cpu_count, numpy)"),
-    "sched_yield": (24, 124, "TWE", "yield the CPU (spin locks of the BLAS)"),
-    "getrlimit": (97, 163, "TWE", "resource limits"),
-    "setrlimit": (160, 164, "TWE", "resource limits (only lower or within the hard limit)"),
-    "prlimit64": (302, 261, "TWE", "resource limits (the template sets each episode's memory)"),
-    "getrusage": (98, 165, "TWE", "own CPU time (resource, time.process_time)"),
-    "times": (100, 153, "TWE", "own CPU time"),
-    "sysinfo": (99, 179, "TWE", "memory size (glibc, numpy)"),
-    "uname": (63, 160, "TWE", "platform (the UTS namespace is the jail's own)"),
-    # time
-    "clock_gettime": (228, 113, "TWE", "clocks (when the vDSO does not answer)"),
-    "clock_getres": (229, 114, "TWE", "clock resolution"),
-    "clock_nanosleep": (230, 115, "TWE", "time.sleep"),
-    "nanosleep": (35, 101, "TWE", "sleep"),
-    "gettimeofday": (96, 169, "TWE", "clock"),
-    "time": (201, None, "TWE", "clock"),
-    "getitimer": (36, 102, "TWE", "interval timers of the own process (signal.setitimer)"),
-    "setitimer": (38, 103, "TWE", "interval timers of the own process"),
-    "alarm": (37, None, "TWE", "signal.alarm"),
-    "getrandom": (318, 278, "TWE", "random numbers (os.urandom, hash seeds)"),
-    # waiting on descriptors; nameless pipes and socket pairs (nothing another process can open)
-    "poll": (7, None, "TWE", "wait on descriptors (subprocess, the template's pipes)"),
-    "ppoll": (271, 73, "TWE", "wait on descriptors"),
-    "select": (23, None, "TWE", "wait on descriptors"),
-    "pselect6": (270, 72, "TWE", "wait on descriptors"),
-    "epoll_create": (213, None, "TWE", "selectors"),
-    "epoll_create1": (291, 20, "TWE", "selectors"),
-    "epoll_ctl": (233, 21, "TWE", "selectors"),
-    "epoll_wait": (232, None, "TWE", "selectors"),
-    "epoll_pwait": (281, 22, "TWE", "selectors"),
-    "pipe": (22, None, "TWE", "a nameless pipe"),
-    "pipe2": (293, 59, "TWE", "a nameless pipe"),
-    "eventfd2": (290, 19, "TWE", "a nameless counter (asyncio, some thread pools)"),
-    "socketpair": (53, 199, "TWE", "a nameless pair of sockets (asyncio)"),
-    "socket": (41, 198, "TWE", "unix and inet only (ARGUMENTS): no netlink, packet, vsock, ..."),
-    "bind": (49, 200, "TWE", "a unix name: abstract ones are per network namespace (the jail's own)"),
-    "listen": (50, 201, "TWE", "on a unix socket"),
-    "accept": (43, 202, "TWE", "on a unix socket"),
-    "accept4": (288, 242, "TWE", "on a unix socket"),
-    "connect": (42, 203, "TWE", "to a name of the own network namespace or writable folder"),
-    "sendto": (44, 206, "TWE", "on a socket pair"),
-    "recvfrom": (45, 207, "TWE", "on a socket pair"),
-    "sendmsg": (46, 211, "TWE", "on a socket pair"),
-    "recvmsg": (47, 212, "TWE", "on a socket pair"),
-    "shutdown": (48, 210, "TWE", "on a socket pair"),
-    "getsockopt": (55, 209, "TWE", "on a socket pair"),
-    "setsockopt": (54, 208, "TWE", "on a socket pair"),
-    "getsockname": (51, 204, "TWE", "on a socket pair"),
-    "getpeername": (52, 205, "TWE", "on a socket pair"),
-    # SysV shared memory: its keys live in the IPC namespace, the episode's or the call's own (the round-3
-    # tests create segments and find no sibling's); messages, semaphores and POSIX queues stay out
-    "shmget": (29, 194, "TWE", "a segment of the own IPC namespace"),
-    "shmat": (30, 196, "TWE", "attach an own segment"),
-    "shmdt": (67, 197, "TWE", "detach"),
-    "shmctl": (31, 195, "TWE", "remove an own segment"),
-    # the template alone: each episode's namespaces (isolate_episode), made before its filter is stacked
-    "unshare": (272, 97, "W", "an episode's namespaces"),
-    "mount": (165, 40, "W", "an episode's private /proc"),
-    "capset": (126, 91, "W", "an episode drops every capability"),
+    name: (int(x86_64), None if aarch64 == "-" else int(aarch64), profiles, why)
+    for name, x86_64, aarch64, profiles, why in _rows(_SYSCALL_TABLE, 5)
 }
 
-#: Syscalls allowed with some values of one argument only: name -> (argument index, {value: (profiles,
-#: why)}). Every other value fails with EPERM.
-ARGUMENTS = {
-    "fcntl": (
-        1,
-        {
-            0: ("TWE", "F_DUPFD"),
-            1: ("TWE", "F_GETFD"),
-            2: ("TWE", "F_SETFD (close-on-exec)"),
-            3: ("TWE", "F_GETFL"),
-            4: ("TWE", "F_SETFL (non-blocking; O_ASYNC signals nobody without F_SETOWN)"),
-            1030: ("TWE", "F_DUPFD_CLOEXEC"),
-            1032: ("TWE", "F_GETPIPE_SZ"),
-        },
-    ),
-    "ioctl": (
-        1,
-        {
-            0x5401: ("TWE", "TCGETS (isatty: every open() asks)"),
-            0x5413: ("TWE", "TIOCGWINSZ (terminal size; never a terminal here)"),
-            0x541B: ("TWE", "FIONREAD (bytes waiting on a pipe)"),
-            0x5421: ("TWE", "FIONBIO (non-blocking)"),
-            0x5450: ("TWE", "FIONCLEX"),
-            0x5451: ("TWE", "FIOCLEX"),
-        },
-    ),
-    "socket": (
-        0,
-        {
-            1: (
-                "TWE",
-                "AF_UNIX: its abstract names are per network namespace, its paths per writable folder",
-            ),
-            2: ("TWE", "AF_INET: an empty network namespace (code that tries the network fails cleanly)"),
-            10: ("TWE", "AF_INET6: the same"),
-        },
-    ),
-    "prctl": (
-        0,
-        {
-            1: ("W", "PR_SET_PDEATHSIG"),
-            3: ("TWE", "PR_GET_DUMPABLE"),
-            4: ("W", "PR_SET_DUMPABLE (an episode is not dumpable)"),
-            15: ("TWE", "PR_SET_NAME (a thread's name)"),
-            16: ("TWE", "PR_GET_NAME"),
-            22: ("W", "PR_SET_SECCOMP (an episode's own filter, stacked)"),
-            36: ("W", "PR_SET_CHILD_SUBREAPER (orphans come to the template)"),
-            38: ("W", "PR_SET_NO_NEW_PRIVS"),
-            39: ("TWE", "PR_GET_NO_NEW_PRIVS"),
-        },
-    ),
-}
+
+def _arguments(table):
+    """name -> (argument index, {value: (profiles, what)}) of the rows of ``table``."""
+    calls = {}
+    for call, index, value, profiles, what in _rows(table, 5):
+        calls.setdefault(call, (int(index), {}))[1][int(value, 0)] = (profiles, what)
+    return calls
+
+
+#: name -> (argument index, {value: (profiles, what)}).
+ARGUMENTS = _arguments(_ARGUMENT_TABLE)
 
 #: Calls refused with ENOSYS rather than EPERM, because their callers then fall back to a listed call:
 #: name -> (x86_64, aarch64, why).
