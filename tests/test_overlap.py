@@ -11,6 +11,7 @@ import pytest
 
 from whale_train.lanes import LaneLLM, ProposerLane, RolloutClock, WallClock, lane_metrics, make_clock
 from whale_train.schedule import ScheduleConfig, make_schedule
+from whale_train.trainer import TrainConfig
 
 # ------------------------------------------------------------------------------ the lane alone
 
@@ -118,6 +119,9 @@ def test_lane_metrics_measure_idle_wait_cycles_and_gaps():
 def test_overlap_is_refused_for_a_method_that_does_not_alternate_and_bad_settings_are_named():
     with pytest.raises(ValueError, match="'weight-only' does not alternate"):
         make_schedule("weight-only", ScheduleConfig(overlap=True))
+    # at config load, before anything is built
+    with pytest.raises(ValueError, match="'harness-only' does not alternate"):
+        TrainConfig.load("smoke", ["method=harness-only", "schedule.overlap=true"])
     make_schedule("adaptive", ScheduleConfig(overlap=True))
     for field, value, words in [
         ("max_version_gap", -1, "max_version_gap must be >= 0"),

@@ -14,7 +14,7 @@ from whale_train.config_io import Config, option
 from whale_train.domains import domain_for
 from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.rsft import RSFTConfig
-from whale_train.schedule import METHODS, ScheduleConfig
+from whale_train.schedule import METHODS, ScheduleConfig, make_schedule
 from whale_train.tracking import parse_report_to
 
 
@@ -132,7 +132,8 @@ class TrainConfig(Config):
                 "'transformers', method 'harness-only', or vllm serve replicas with backend_options.weight_sync "
                 "(docs/TRAINING.md server mode, docs/SCALING.md)"
             )
-        self.schedule.validate()
+        # validates the schedule and refuses overlap on a method that does not alternate, at config load
+        make_schedule(self.method, self.schedule)
         self.rsft.validate()
 
     @property
