@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 
-import fake_vllm
 import gymnasium as gym
 import pytest
 import torch
@@ -16,6 +15,7 @@ from transformers import AutoModelForCausalLM
 
 import whale_envs  # noqa: F401
 from harnesses.loader import load_harness
+from tests import fake_vllm
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.llm.base import Request, SamplingParams
 from whale_train.rollout import Batcher, RolloutConfig, run_rollouts

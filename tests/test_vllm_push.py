@@ -5,13 +5,13 @@ every pushed tensor, and prompts longer than ``max_model_len``."""
 
 from __future__ import annotations
 
-import fake_vllm
 import pytest
 import torch
 import trl  # noqa: F401  (imported before the fake vllm is installed: TRL probes for vllm when first imported)
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from harnesses.loader import load_harness
+from tests import fake_vllm
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.llm.base import Request, SamplingParams, fit_prompt
 from whale_train.rsft import RSFT, Example, RSFTConfig
@@ -296,7 +296,8 @@ def test_without_the_fix_the_fake_engine_keeps_the_old_head_and_the_check_names_
 
 def weight_only_config(tmp_path, **extra):
     import yaml
-    from test_trainer import SMOKE
+
+    from tests.test_trainer import SMOKE
 
     config = tmp_path / "vllm.yaml"
     data = {"model": TIED, "method": "weight-only", **SMOKE, "budget_rollouts": 16, "backend": "vllm"}
@@ -306,8 +307,7 @@ def weight_only_config(tmp_path, **extra):
 
 
 def test_every_push_of_a_run_is_checked_and_recorded_in_the_ledger(vllm, tmp_path):
-    from test_trainer import ledger, units
-
+    from tests.test_trainer import ledger, units
     from whale_train.cli import main
 
     out = tmp_path / "run"
@@ -333,8 +333,7 @@ def test_a_push_the_engine_does_not_take_stops_whale_train_in_one_line(vllm, mon
 
 
 def test_resume_pushes_and_checks_before_the_first_rollout(vllm, monkeypatch, tmp_path):
-    from test_trainer import smoke
-
+    from tests.test_trainer import smoke
     from whale_train.trainer import Run
 
     config = smoke(

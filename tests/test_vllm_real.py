@@ -198,9 +198,9 @@ def test_option_scores_equal_transformers(in_process, model_dir):
 def test_a_short_whale_train_on_the_vllm_backend_samples_with_what_it_trained(
     in_process, model_dir, tmp_path
 ):
-    from test_trainer import ledger, smoke, units
     from transformers import AutoModelForCausalLM
 
+    from tests.test_trainer import ledger, smoke, units
     from whale_train.llm.weights import trained_weights
     from whale_train.trainer import Run
 
@@ -394,7 +394,8 @@ def test_a_broken_push_fails_its_check_naming_the_weight(tied_dir, monkeypatch):
 
 def test_whale_train_stops_in_one_line_when_a_push_fails_its_check(tied_dir, tmp_path):
     import yaml
-    from test_trainer import SMOKE
+
+    from tests.test_trainer import SMOKE
 
     config = tmp_path / "vllm.yaml"
     data = {"model": tied_dir, "method": "weight-only", **SMOKE, "budget_rollouts": 16, "backend": "vllm"}

@@ -24,7 +24,8 @@ from dataclasses import asdict
 
 import pytest
 import torch
-from test_vllm_real import free_port, greedy, model_dir, transformers_greedy, wait_for_server  # noqa: F401 - fixture
+
+from tests.test_vllm_real import free_port, greedy, model_dir, transformers_greedy, wait_for_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.vllm_real
 
