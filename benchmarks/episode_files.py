@@ -8,7 +8,7 @@ and lists the files of this repository whose functions were called while the com
 subcommand, the registrations made at import), not module or class bodies, not the standard library
 or third-party code. The sandboxed worker is another process and is not traced; it runs
 ``harnesses/worker.py``, ``harnesses/validate.py``, ``harnesses/base.py`` and the harness file.
-docs/ARCHITECTURE.md ("The life of an episode") lists the result; tests/test_architecture_doc.py
+docs/ARCHITECTURE.md ("The life of an episode") lists the result; tests/docs/test_architecture_doc.py
 keeps the two the same.
 """
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "api_example.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "api_example.py"
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("whale_envs", "harnesses", "whale_train")
 #: A package may import only the packages listed after it here (whale_envs <- harnesses <- whale_train).
 MAY_NOT_IMPORT = {"whale_envs": ("harnesses", "whale_train"), "harnesses": ("whale_train",)}

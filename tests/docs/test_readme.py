@@ -15,7 +15,7 @@ from harnesses.loader import shipped_harnesses
 from whale_train.cli import build_parser
 from whale_train.trainer import shipped_configs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 #: The README and the pages its sections moved to (the results, the contributor's page): held to the same checks.
 USER_PAGES = README + "".join(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("whale_results_archive", ROOT / "benchmarks" / "results.py")
 results = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(results)
