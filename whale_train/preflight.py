@@ -56,6 +56,8 @@ class Context:
     seen: set[str] = field(default_factory=set)
     #: the test sets (``trainer.eval_task_sets``), once the eval check has built them
     test_sets: list[Any] | None = None
+    #: the harness (``harnesses.loader.HarnessRef``), once the harness check has loaded it
+    harness: Any = None
 
 
 @dataclass
@@ -66,6 +68,8 @@ class Report:
     problems: list[Problem]
     #: the test sets the eval check built (``whale train`` hands them to its ``Run``); None if it failed
     test_sets: list[Any] | None = None
+    #: the harness the harness check loaded (handed to the ``Run`` too); None if it failed
+    harness: Any = None
 
     @property
     def ok(self) -> bool:
@@ -114,7 +118,7 @@ def preflight(config: Any, out: str | Path | None = None, resume: bool = False) 
                 Problem(name, f"the check failed: {type(exc).__name__}: {_first_line(exc)}", "report it")
             )
         checked[name] = notes
-    return Report(checked, problems, ctx.test_sets)
+    return Report(checked, problems, ctx.test_sets, ctx.harness)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -163,7 +167,7 @@ def check_harness(ctx: Context) -> Iterator[Problem | str]:
     from whale_train.harness_for import load_harness_for
 
     try:
-        load_harness_for(ctx.config.harness_name, ctx.config.env)
+        ctx.harness = load_harness_for(ctx.config.harness_name, ctx.config.env)
     except (CLIError, ValueError, KeyError) as exc:
         yield Problem(
             "harness", _first_line(exc), "set harness to a shipped name (domain/name) or a harness file"

@@ -162,6 +162,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 progress=progress_bar,
                 eval_cache=args.eval_cache,
                 trust_state=args.trust_state,
+                harness=report.harness,
             )
         except (FileExistsError, ValueError, ImportError, RuntimeError, OSError) as exc:
             # the engine or the model failed to start (vLLM, ModelNotFound, the hub cache): one line

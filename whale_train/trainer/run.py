@@ -41,6 +41,7 @@ class Run(RunLanes, RunUnits, RunEvaluation, RunRecords):
             show their progress through it); None: no progress shown.
         eval_cache: a folder of evaluations shared with other runs (``whale_train.eval_cache``).
         trust_state: ``--trust-state``: a resume may unpickle an older ``rsft_state.pt`` in full.
+        harness: the config's harness already loaded (``whale train``'s pre-flight loaded it); None: loaded here.
     """
 
     def __init__(
@@ -54,8 +55,10 @@ class Run(RunLanes, RunUnits, RunEvaluation, RunRecords):
         progress: Any = None,
         eval_cache: str | Path | None = None,
         trust_state: bool = False,
+        harness: Any = None,
     ):
         self.config = config
+        self._harness = harness
         self.trust_state = trust_state
         self.dir = Path(run_dir)
         self.eval_cache = EvalCache(eval_cache) if eval_cache else None
@@ -87,7 +90,7 @@ class Run(RunLanes, RunUnits, RunEvaluation, RunRecords):
         self.schedule = make_schedule(config.method, config.schedule)
         self.rsft = None
         self.search = None
-        self.harness = load_harness(config.harness_name)
+        self.harness = self._harness if self._harness is not None else load_harness(config.harness_name)
         self.state = RunState(budget=config.budget_rollouts)
         self.units = 0
         self.ledger_lines = 0
@@ -167,18 +170,7 @@ class Run(RunLanes, RunUnits, RunEvaluation, RunRecords):
         stop_if_interrupted()  # a Ctrl-C that a worker or a __del__ swallowed: this unit is not kept
         self.state.rollouts += rollouts
         self.state.phase_units += 1
-        self._ledger(
-            {
-                "event": "unit",
-                "phase": phase,
-                "phase_index": self.state.phases,
-                "rollouts": rollouts,
-                "model_version": int(getattr(self.llm, "version", 0)),
-                "harness": self.harness.name,
-                "seconds": round(time.monotonic() - start, 2),
-                "signals": signals,
-            }
-        )
+        self._ledger_unit(phase, self.state.phases, rollouts, time.monotonic() - start, signals)
         self.units += 1
         if self._evaluates_after(rollouts):
             self.evaluate()
