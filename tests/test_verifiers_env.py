@@ -30,7 +30,7 @@ from gymnasium.utils.env_checker import check_env
 import whale_envs
 from tests.http_fake import send_json
 from tests.small_train import run_train, small_train_config
-from tests.test_trainer import MODEL, units
+from tests.train.test_trainer import MODEL, units
 from whale_envs.tasks import TaskSourceError
 from whale_train.cli import main
 from whale_train.rollout.episode import harness_view

@@ -1,4 +1,4 @@
-"""FSDP on CPU ranks, for the ``accelerate launch`` tests only (``tests/test_scale_accelerate.py`` puts
+"""FSDP on CPU ranks, for the ``accelerate launch`` tests only (``tests/train/test_scale_accelerate.py`` puts
 this folder first on ``PYTHONPATH``, so Python imports it at start-up in every rank; nothing of it
 reaches a real run).
 

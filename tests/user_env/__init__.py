@@ -1,5 +1,5 @@
 """A user's env that the package does not ship: the worked example of "Adding a domain" in
-docs/ARCHITECTURE.md, trained and searched on by ``tests/test_user_env.py``.
+docs/ARCHITECTURE.md, trained and searched on by ``tests/train/test_user_env.py``.
 
 ``Reverse-v0``: which of the listed words is the given word spelled backwards? One action names a
 word; a word that is not among the options is an invalid action (an error, the state unchanged, one

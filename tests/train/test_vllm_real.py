@@ -41,7 +41,7 @@ def vllm_installed():
     try:
         import vllm  # noqa: F401
     except ImportError:
-        pytest.fail("tests/test_vllm_real.py needs vLLM: run it with `make test-vllm` (.venv-vllm)")
+        pytest.fail("tests/train/test_vllm_real.py needs vLLM: run it with `make test-vllm` (.venv-vllm)")
 
 
 PROMPTS = ["What is 2+3? Answer:", "The capital of France is", "<move>e2e4</move> then"]
@@ -200,7 +200,7 @@ def test_a_short_whale_train_on_the_vllm_backend_samples_with_what_it_trained(
 ):
     from transformers import AutoModelForCausalLM
 
-    from tests.test_trainer import ledger, smoke, units
+    from tests.train.test_trainer import ledger, smoke, units
     from whale_train.llm.weights import trained_weights
     from whale_train.trainer import Run
 
@@ -395,7 +395,7 @@ def test_a_broken_push_fails_its_check_naming_the_weight(tied_dir, monkeypatch):
 def test_whale_train_stops_in_one_line_when_a_push_fails_its_check(tied_dir, tmp_path):
     import yaml
 
-    from tests.test_trainer import SMOKE
+    from tests.train.test_trainer import SMOKE
 
     config = tmp_path / "vllm.yaml"
     data = {"model": tied_dir, "method": "weight-only", **SMOKE, "budget_rollouts": 16, "backend": "vllm"}

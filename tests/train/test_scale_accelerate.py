@@ -18,7 +18,7 @@ import torch
 
 from whale_train.distributed import per_device_batch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "accelerate_equivalence.py"
 
 

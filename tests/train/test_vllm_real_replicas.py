@@ -25,7 +25,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from tests.test_vllm_real import free_port, greedy, model_dir, transformers_greedy, wait_for_server  # noqa: F401 - fixture
+from tests.train.test_vllm_real import free_port, greedy, model_dir, transformers_greedy, wait_for_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.vllm_real
 
@@ -124,7 +124,7 @@ def test_the_real_routes_take_our_payloads_up_to_the_nccl_boundary(replicas, mod
     one.start_weight_update()  # the failed update ended the session
     with pytest.raises(OpenAIError, match=r"Invalid update_info .*'dtypes'"):  # a field it rejects
         one.update_weights({"names": update["names"], "dtypes": update["dtype_names"]})
-    # the rules tests/test_scale_replicas.py's server double enforces are the server's own
+    # the rules tests/train/test_scale_replicas.py's server double enforces are the server's own
     one.start_weight_update()
     with pytest.raises(OpenAIError, match="already active"):
         one.start_weight_update()

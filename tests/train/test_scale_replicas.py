@@ -1,7 +1,7 @@
 """Requests spread over several ``vllm serve`` replicas, and the weight push to all of them through
 vLLM's weight-transfer routes. The servers are test doubles of vLLM's HTTP surface that enforce the
 rules the real server enforces, with its error bodies (checked against vLLM 0.32's own server by
-tests/test_vllm_real_replicas.py: the order of the weight-update calls, the init and update fields, the
+tests/train/test_vllm_real_replicas.py: the order of the weight-update calls, the init and update fields, the
 routes missing without dev mode); the NCCL broadcast itself needs GPUs and runs in
 benchmarks/gpu_check_multi.sh."""
 

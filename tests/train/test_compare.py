@@ -37,7 +37,7 @@ from whale_train.compare import (
 )
 from whale_train.compare.plan import prune_checkpoints
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "configs" / "compare" / "smoke.yaml"
 METHODS5 = ["whale", "weight-only", "harness-only", "stagewise", "fst"]
 

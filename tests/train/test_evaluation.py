@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from harnesses.loader import load_harness
-from tests.test_paper_eval_sets import aime_files
-from tests.test_rollout import LICHESS, lichess_oracle
-from tests.test_trainer import MODEL, smoke
+from tests.train.test_paper_eval_sets import aime_files
+from tests.train.test_rollout import LICHESS, lichess_oracle
+from tests.train.test_trainer import MODEL, smoke
 from whale_train.eval_cache import evaluation_key, weights_digest
 from whale_train.evaluation import (
     EVAL_SEED_OFFSET,

@@ -10,12 +10,12 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from tests.test_trainer import MODEL, SMOKE, ledger, units
+from tests.train.test_trainer import MODEL, SMOKE, ledger, units
 from whale_train.domains import get_domain, registered
 from whale_train.schedule import METHODS
 from whale_train.trainer import Run, TrainConfig
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 #: The task source of the smoke runs: small train/harness/test splits (chess 56 / 6 / 18 tasks, math
 #: 57 / 15 / 8, search 57 / 12 / 11).
@@ -89,7 +89,7 @@ BUDGET = 48
 
 
 def smoke_overrides(domain: str) -> list[str]:
-    """The SMOKE settings of tests/test_trainer.py as ``--set`` overrides, with the domain's small tasks."""
+    """The SMOKE settings of tests/train/test_trainer.py as ``--set`` overrides, with the domain's small tasks."""
     data = {k: v for k, v in SMOKE.items() if k != "env"}
     data.update(tasks=DOMAINS[domain][1], budget_rollouts=BUDGET)
     flat: list[str] = []

@@ -1,11 +1,11 @@
-"""Red team, ``check_harness`` round 3 (issue 40, item 2): the stand-in models must not be told from
+"""Red team, ``check_harness``: the stand-in models must not be told from
 the real model by anything a harness observes, the check must catch a solver well above chance at its
 defaults, ``whale check`` must run the same checks as the search, and the counterfactual stand-in must
 not make an honest harness look like a cheat.
 
 Each attack is a self-solver (it reads the arithmetic question and answers it) that solves only when a
-tell says the model is real, and otherwise forwards the model's answer like ``math/h0``. On the
-checker before this round each of them passed; the honest vote below was rejected."""
+tell says the model is real, and otherwise forwards the model's answer like ``math/h0``. Each of them
+passed an earlier checker, and that checker rejected the honest vote below."""
 
 from __future__ import annotations
 

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_meta_harness import MATH, tool_shy_math_model
-from tests.test_meta_harness_agent import anthropic_blocks, check_anthropic_turns, first_iteration
+from tests.train.test_meta_harness import MATH, tool_shy_math_model
+from tests.train.test_meta_harness_agent import anthropic_blocks, check_anthropic_turns, first_iteration
 from whale_train.meta_harness import claude_code
 from whale_train.meta_harness.lineage import lineage_report
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-ant-scripted-key"
 GOOD = (
     "from harnesses.math.h0 import MathH0\n\n\nclass NoTool(MathH0):\n"
@@ -270,7 +270,7 @@ def test_a_missing_cli_is_a_one_line_error(tmp_path, capsys):
 
 def test_a_session_without_candidates_is_a_proposer_failure(installed, tmp_path, monkeypatch):
     """A CLI that ends without writing a candidate: the iteration records why and the search goes on."""
-    from tests.test_meta_harness import FAST
+    from tests.train.test_meta_harness import FAST
     from whale_train.meta_harness import MetaHarnessConfig
 
     server = MessagesServer()

@@ -1,4 +1,4 @@
-"""Overlapped alternation (issue 53): the proposer lane, its clocks and measurements, and whole runs that
+"""Overlapped alternation: the proposer lane, its clocks and measurements, and whole runs that
 overlap a harness phase's proposer with the next weight phase (wall-clock against strict alternation, an
 instant proposer, kill and resume in the middle of an overlapped phase)."""
 
@@ -134,19 +134,19 @@ def test_overlap_is_refused_for_a_method_that_does_not_alternate_and_bad_setting
 
 # ------------------------------------------------------------------------------ whole runs
 
-#: The smallest whale run of tests/test_trainer.py, with one RSFT step per weight phase (E = 0.1 epoch of
+#: The smallest whale run of tests/train/test_trainer.py, with one RSFT step per weight phase (E = 0.1 epoch of
 #: 57 train tasks in steps of 4) and I = 2 (the re-scoring and one iteration of one candidate).
 FAST = {"schedule": {"weight_epochs": 0.1}, "report_to": "none"}
 
 
 def _units(run_dir):
-    from tests.test_trainer import ledger, units
+    from tests.train.test_trainer import ledger, units
 
     return units(ledger(run_dir))
 
 
 def test_an_instant_proposer_makes_overlap_spend_what_strict_alternation_spends_unit_by_unit(tmp_path):
-    from tests.test_trainer import MODEL, smoke
+    from tests.train.test_trainer import MODEL, smoke
     from whale_train.trainer import Run
 
     strict = smoke(MODEL, method="whale", budget_rollouts=32, **FAST)
@@ -177,7 +177,7 @@ def test_a_run_killed_in_the_middle_of_an_overlapped_phase_resumes_to_the_same_l
     import yaml
 
     from tests.crash import crash_env
-    from tests.test_trainer import MODEL, SMOKE, ledger, train_cli
+    from tests.train.test_trainer import MODEL, SMOKE, ledger, train_cli
 
     # E = 3 RSFT steps of 8 rollouts; each proposal arrives 16 rollouts (two steps) after it is asked for,
     # on the rollouts clock: in the middle of the next weight phase
@@ -246,7 +246,7 @@ def test_overlap_hides_a_proposer_as_slow_as_a_weight_phase(tmp_path, monkeypatc
     under 15% of it, at the same rollout budget."""
     from statistics import median
 
-    from tests.test_trainer import MODEL, ledger, smoke, units
+    from tests.train.test_trainer import MODEL, ledger, smoke, units
     from whale_train.report import read_ledger
     from whale_train.trainer import Run
     from whale_train.trainer.lanes_run import RunLanes
@@ -290,7 +290,7 @@ def test_a_proposal_from_older_traces_is_scored_with_the_incumbent_rescored_on_t
     """propose at model v0, the weights move on, score at v1: the incumbent is re-scored under v1 (charged
     to the iteration) on the same tasks, the acceptance compares the two there, and both the candidate and
     the iteration record the gap; asked again once scored, propose replays the record."""
-    from tests.test_meta_harness import FAST, MATH, tool_shy_math_model
+    from tests.train.test_meta_harness import FAST, MATH, tool_shy_math_model
     from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
 
     llm = tool_shy_math_model()

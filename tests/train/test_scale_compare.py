@@ -18,7 +18,7 @@ import yaml
 from whale_train.compare import CompareConfig, plan, run_grid, train_one
 from whale_train.placement import DevicePool, RayPlacement
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "configs" / "compare" / "smoke.yaml"
 
 

@@ -1,4 +1,4 @@
-"""Red team, round 4: the three trusted services an untrusted party talks to.
+"""Red team: the three trusted services an untrusted party talks to.
 
 * the Claude Code relay (``meta_harness.claude_code.ApiRelay``): only the API's own routes and methods
   go out with the key (TRACE, other methods, dot segments, escapes and query tricks are refused and
@@ -381,7 +381,7 @@ def test_a_state_file_that_runs_code_is_refused_unless_trusted(tmp_path):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """A finished weight-only run of the shipped model (its checkpoints hold rsft_state.pt)."""
-    from tests.test_trainer import MODEL, smoke
+    from tests.train.test_trainer import MODEL, smoke
     from whale_train.trainer import Run
 
     out = tmp_path_factory.mktemp("run") / "run"

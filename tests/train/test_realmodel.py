@@ -232,7 +232,7 @@ def test_resume_restores_weights_in_place_through_from_pretrained(hub_qwen3_5, t
 
 # ------------------------------------------------------------------------------------------ versions, device check
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_gpu_extra_the_pinned_test_environment_and_the_supported_range_agree():

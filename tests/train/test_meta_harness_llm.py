@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.http_fake import send_json
-from tests.test_meta_harness import FAST, MATH, tool_shy_math_model
+from tests.train.test_meta_harness import FAST, MATH, tool_shy_math_model
 from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
 
 BAD = "import os\nfrom harnesses.base import Harness\n\n\nclass Sneaky(Harness):\n    pass\n"

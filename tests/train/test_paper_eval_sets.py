@@ -1,4 +1,4 @@
-"""A run scores the paper's separate test sets in its in-run evaluations (issue 42): ``eval.tasks`` names
+"""A run scores the paper's separate test sets in its in-run evaluations: ``eval.tasks`` names
 one or more task files (AIME 2024 and 2025 beside a DAPO-style training pool), each scored whole, with
 the results per ``data_source`` in the eval event of the ledger, the trackers, the log and the report."""
 
@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.test_trainer import MODEL, ledger, smoke
+from tests.train.test_trainer import MODEL, ledger, smoke
 from whale_train.config_io import ConfigError
 from whale_train.report import write_report
 from whale_train.tracking import event_metrics

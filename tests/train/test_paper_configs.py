@@ -1,4 +1,4 @@
-"""configs/paper/ (issue 42): the four conditions of each domain load and validate, differ only in the
+"""configs/paper/: the four conditions of each domain load and validate, differ only in the
 method, and build their env exactly as configured over small files placed at the paths they name."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from harnesses.loader import load_harness
 from tests.test_paper_sources import dapo_rows, lichess_csv, searchr1_rows
 from whale_train.trainer import TrainConfig
 
-PAPER = Path(__file__).resolve().parent.parent / "configs" / "paper"
+PAPER = Path(__file__).resolve().parents[2] / "configs" / "paper"
 CONDITIONS = ("whale", "adaptive", "harness-only", "weight-only")
 HARNESS_DIRS = {"search": "search_qa", "math": "math", "chess": "chess_puzzles"}
 MODELS = {"search": "Qwen/Qwen3.5-2B", "math": "Qwen/Qwen3.5-2B", "chess": "Qwen/Qwen3.5-4B"}

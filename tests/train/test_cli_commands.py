@@ -1,4 +1,4 @@
-"""The ``whale`` command line as a package (issue 51): every command is registered once by its module and
+"""The ``whale`` command line as a package: every command is registered once by its module and
 answers ``--help``; ``whale eval`` builds its env and checks isolation once, and ``whale train`` builds
 its test sets once (the pre-flight's are the run's)."""
 

@@ -16,8 +16,8 @@ import pytest
 
 from harnesses.loader import harness_from_source, load_harness
 from tests.small_train import run_train, small_train_config
-from tests.test_meta_harness_llm import Server, tool_call
-from tests.test_trainer import MODEL, units
+from tests.train.test_meta_harness_llm import Server, tool_call
+from tests.train.test_trainer import MODEL, units
 from whale_train.cli import main
 from whale_train.domains import Domain, domain_for, get_domain, register_domain, registry
 from whale_train.llm.scripted import ScriptedLLM
@@ -26,7 +26,7 @@ from whale_train.meta_harness.library import library_for
 from whale_train.rollout import RolloutConfig, run_rollouts
 from whale_train.trainer import TrainConfig
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 ENV = "user_env:Reverse-v0"  # the module:EnvId form: WHALE imports user_env, which registers Reverse-v0
 H0 = str(HERE / "user_env" / "h0.py")
 

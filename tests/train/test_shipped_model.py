@@ -14,7 +14,7 @@ from whale_train import pretrain as pt
 from whale_train.cli import build_parser, main
 from whale_train.llm import SHIPPED_MODEL, default_model, load_llm
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 INFO = json.loads((SHIPPED_MODEL / "whale_pretrain.json").read_text())
 CAL = INFO["calibration"]
 H0 = {"chess": "chess_puzzles/h0", "math": "math/h0", "search": "search_qa/h0"}

@@ -89,7 +89,7 @@ def test_the_multiprocess_engine_takes_pushes_through_a_worker_method(vllm, hub_
 
 
 def test_tensors_handed_to_a_multiprocess_engines_rpc_arrive_as_lists(vllm, monkeypatch):
-    # The defect the real engine showed (tests/test_vllm_real.py): the old push handed tensors to
+    # The defect the real engine showed (tests/train/test_vllm_real.py): the old push handed tensors to
     # reload_weights through collective_rpc, and the worker in the other process got plain lists.
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
     llm = engine_llm(str(SHIPPED_MODEL))
@@ -297,7 +297,7 @@ def test_without_the_fix_the_fake_engine_keeps_the_old_head_and_the_check_names_
 def weight_only_config(tmp_path, **extra):
     import yaml
 
-    from tests.test_trainer import SMOKE
+    from tests.train.test_trainer import SMOKE
 
     config = tmp_path / "vllm.yaml"
     data = {"model": TIED, "method": "weight-only", **SMOKE, "budget_rollouts": 16, "backend": "vllm"}
@@ -307,7 +307,7 @@ def weight_only_config(tmp_path, **extra):
 
 
 def test_every_push_of_a_run_is_checked_and_recorded_in_the_ledger(vllm, tmp_path):
-    from tests.test_trainer import ledger, units
+    from tests.train.test_trainer import ledger, units
     from whale_train.cli import main
 
     out = tmp_path / "run"
@@ -333,7 +333,7 @@ def test_a_push_the_engine_does_not_take_stops_whale_train_in_one_line(vllm, mon
 
 
 def test_resume_pushes_and_checks_before_the_first_rollout(vllm, monkeypatch, tmp_path):
-    from tests.test_trainer import smoke
+    from tests.train.test_trainer import smoke
     from whale_train.trainer import Run
 
     config = smoke(
