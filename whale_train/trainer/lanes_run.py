@@ -89,6 +89,29 @@ class RunLanes:
             self._eval_started = None
         super()._ledger(event)  # type: ignore[misc]
 
+    def _ledger_lane_unit(
+        self,
+        phase: str,
+        phase_index: int,
+        rollouts: int,
+        t_start: float,
+        signals: dict[str, Any],
+        **more: Any,
+    ) -> None:
+        """The ledger line of a unit the accelerator lane ran from ``t_start`` (run seconds) to now."""
+        t_end = self._t()
+        self._ledger_unit(  # type: ignore[attr-defined]
+            phase,
+            phase_index,
+            rollouts,
+            t_end - t_start,
+            signals,
+            lane="accelerator",
+            t_start=t_start,
+            t_end=t_end,
+            **more,
+        )
+
     def _save(self) -> None:
         self.state.lane_clock = self.clock.now()
         self._save_state()  # type: ignore[attr-defined]
@@ -253,22 +276,8 @@ class RunLanes:
             self.state.phase_units = self.state.side_units
             self.state.harness_improved = list(self.state.side_improved)
         self.log(f"  harness {signals['kind']}: {signals['reason']}")
-        self._ledger(
-            {
-                "event": "unit",
-                "phase": "harness",
-                "phase_index": self.state.side_index,
-                "rollouts": rollouts,
-                "model_version": int(getattr(self.llm, "version", 0)),
-                "harness": self.harness.name,
-                "seconds": round(self._t() - t_start, 2),
-                "signals": signals,
-                "lane": "accelerator",
-                "t_start": t_start,
-                "t_end": self._t(),
-                **({"proposal": proposal} if proposal else {}),
-            }
-        )
+        more = {"proposal": proposal} if proposal else {}
+        self._ledger_lane_unit("harness", self.state.side_index, rollouts, t_start, signals, **more)
         self.units += 1
         decision = self.schedule.decide(self._side_view())
         if decision.action == "harness":
@@ -310,21 +319,7 @@ class RunLanes:
         self.state.rollouts += rollouts
         self.state.phase_units += 1
         self.clock.spent(rollouts)
-        self._ledger(
-            {
-                "event": "unit",
-                "phase": "weight",
-                "phase_index": self.state.phases,
-                "rollouts": rollouts,
-                "model_version": int(getattr(self.llm, "version", 0)),
-                "harness": self.harness.name,
-                "seconds": round(self._t() - t_start, 2),
-                "signals": signals,
-                "lane": "accelerator",
-                "t_start": t_start,
-                "t_end": self._t(),
-            }
-        )
+        self._ledger_lane_unit("weight", self.state.phases, rollouts, t_start, signals)
         self.units += 1
         if self._evaluates_after(rollouts):  # type: ignore[attr-defined]
             self.evaluate()

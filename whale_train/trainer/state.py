@@ -92,6 +92,31 @@ class RunRecords:
             )
         self.tracker.log(event_metrics(event), event["rollouts_total"])
 
+    def _ledger_unit(
+        self,
+        phase: str,
+        phase_index: int,
+        rollouts: int,
+        seconds: float,
+        signals: dict[str, Any],
+        **more: Any,
+    ) -> None:
+        """The ledger line of a unit of ``phase`` that spent ``rollouts`` in ``seconds`` and showed
+        ``signals``; ``more`` adds the fields of the lanes (``lane``, ``t_start``, ``t_end``, ``proposal``)."""
+        self._ledger(
+            {
+                "event": "unit",
+                "phase": phase,
+                "phase_index": phase_index,
+                "rollouts": rollouts,
+                "model_version": int(getattr(self.llm, "version", 0)),
+                "harness": self.harness.name,
+                "seconds": round(seconds, 2),
+                "signals": signals,
+                **more,
+            }
+        )
+
     def _save_state(self) -> None:
         """Save the model state of this unit under its own name, then point state.json at it (atomically),
         then drop older ones: a kill at any moment leaves a state.json whose checkpoint is complete."""
