@@ -14,6 +14,7 @@ Every domain's ``h0`` genome behaves like the shipped ``h0``.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import re
@@ -153,16 +154,51 @@ def method(code: str) -> str:
     return textwrap.indent(textwrap.dedent(code).strip("\n"), "    ")
 
 
-def code_of(function: Callable[..., Any]) -> str:
-    """The source of a real method, flush left (for ``method``). The mechanisms that ship as harnesses
-    (``harnesses/<domain>/*.py``) are written there once, run and tested as they are, and a candidate
-    that uses one is rendered from that code."""
-    return textwrap.dedent(inspect.getsource(function))
+def code_of(function: Callable[..., Any], **replace: str) -> str:
+    """The source of a real method, flush left (for ``method``), as written: ``def`` line, docstring and
+    body. The mechanisms that ship as harnesses (``harnesses/<domain>/*.py``) are written there once, run
+    and tested as they are, and a candidate that uses one is rendered from that code; the others are
+    written in ``library/mechanisms/``.
+
+    ``replace`` changes whole words of the source before it is rendered (``INSTRUCTION='"Reply..."'``):
+    how a mechanism written once takes a genome's text (a prompt's instruction as a literal, the ``info``
+    field of the chosen notation)."""
+    return _replaced(textwrap.dedent(inspect.getsource(function)), replace)
+
+
+def body_of(function: Callable[..., Any], **replace: str) -> str:
+    """The body of a real function, flush left, without its ``def`` line and docstring (``replace`` as
+    in ``code_of``): one piece of a method that ``define`` puts together from several.
+
+    Such a *part* is never called: it is a function only so that its code is real code, read and linted
+    like the rest. Its parameters are the names its body takes from the method it goes into (``self``,
+    ``text``, ``info``...), and its docstring, which is not rendered, says where it goes. The part::
+
+        def python_first(text):
+            if text.lower().startswith("python:"):
+                return text
+
+    renders as the two lines of its body, for ``define("parse_action(self, text, info)", ...)``."""
+    source = textwrap.dedent(inspect.getsource(function))
+    node = ast.parse(source).body[0]
+    assert isinstance(node, ast.FunctionDef), function
+    body = node.body
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    assert body, f"{function.__qualname__} has no body to render"
+    lines = source.splitlines(keepends=True)[body[0].lineno - 1 : body[-1].end_lineno]
+    return _replaced(textwrap.dedent("".join(lines)), replace)
+
+
+def _replaced(source: str, replace: dict[str, str]) -> str:
+    for word, text in replace.items():
+        source = re.sub(rf"\b{re.escape(word)}\b", lambda _, t=text: t, source)  # t as it is
+    return source
 
 
 def define(signature: str, *snippets: str, doc: str = "") -> str:
-    """A method ``def signature:`` whose body is ``snippets`` in order; each snippet is written flush left
-    (indentation inside it is kept) and may be empty."""
+    """A method ``def signature:`` whose body is ``snippets`` in order (``body_of`` its parts); each
+    snippet is written flush left (indentation inside it is kept) and may be empty."""
     out = [f"    def {signature}:"]
     if doc:
         out.append(f'        """{doc}"""')

@@ -2,7 +2,8 @@
 
 They know nothing of the task, only the harness contract, so they are written on top of the seed
 harness: a candidate is the seed's own source followed by a subclass of its harness class that
-overrides a hook or two (``HARNESS`` names the subclass). The slots:
+overrides a hook or two (``HARNESS`` names the subclass; the overrides are written in
+``mechanisms/generic.py``). The slots:
 
 * **action**: ``generate`` (the seed's own loop), ``vote`` (self-consistency: several samples, the most
   frequent parsed action), ``choose`` (the option of the domain's ``options_field`` in ``info`` the
@@ -30,11 +31,14 @@ from whale_train.meta_harness.library.core import (
     Constant,
     DomainLibrary,
     Genome,
+    code_of,
     format_retries,
+    method,
     py,
     samples,
     temperature,
 )
+from whale_train.meta_harness.library.mechanisms import generic as mechanisms
 
 #: The class attributes a genome's constants set, with the base class's defaults.
 TUNED = ("temperature", "max_tokens", "format_retries")
@@ -164,56 +168,12 @@ def _render(lib: SeedLibrary, g: Genome, name: str, doc: str) -> str:
     lines += [f"    name = {py(name)}"] + [f"    {k} = {py(v)}" for k, v in attrs.items()]
     methods = []
     if s["action"] == "vote":
-        methods.append(_VOTE)
+        methods.append(mechanisms.ActionVote.act)
     elif s["action"] == "choose":
-        methods.append(_CHOOSE)
+        methods.append(mechanisms.ActionChoose.act)
     if s["retry"] == "env_error":
-        methods.append(_ENV_ERROR)
-    body = "\n".join(lines) + "".join(
-        "\n\n" + textwrap.indent(textwrap.dedent(m).strip("\n"), "    ") for m in methods
-    )
+        methods += [mechanisms.RetryEnvError.format_observation, mechanisms.RetryEnvError.on_parse_error]
+    body = "\n".join(lines) + "".join("\n\n" + method(code_of(m)) for m in methods)
     imports = "from harnesses.base import majority\n\n\n" if s["action"] == "vote" else ""
     head = f"# ---- {name}: the seed above, extended by the offline proposer's generic mechanisms ----\n"
     return f"{lib.seed_source.rstrip()}\n\n\n{head}{imports}{body}\n\n\nHARNESS = {cls}\n"
-
-
-_VOTE = '''
-def act(self, obs, info, llm):
-    """Self-consistency: the most frequent parsed action among several samples."""
-    prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
-    texts = llm.sample(prompt, self.samples, **self.params())
-    best = majority([self.parse_action(t, info) or "" for t in texts])
-    if best is not None:
-        return best
-    return texts[0] if texts else ""
-'''
-
-_CHOOSE = '''
-def act(self, obs, info, llm):
-    """The listed option the model finds most likely (never an invalid action)."""
-    options = [str(o) for o in info.get(self.options_field) or []]
-    if not options:
-        return super().act(obs, info, llm)
-    prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
-    return options[llm.choose(prompt, options)]
-'''
-
-_ENV_ERROR = '''
-def format_observation(self, obs, info):
-    """The seed's text, plus the env's error for the last action when the seed does not show it."""
-    text = super().format_observation(obs, info)
-    error = info.get("error")
-    if error and error not in text:
-        text += f"\\nYour previous reply was rejected: {error}"
-    return text
-
-def on_parse_error(self, prompt, text, info):
-    """Retry with a note that the reply could not be read as an action."""
-    note = "Your reply could not be read as an action. Reply exactly in the format asked."
-    if isinstance(prompt, list):
-        last = prompt[-1]["content"]
-        if note in last:
-            return prompt
-        return prompt[:-1] + [{"role": prompt[-1]["role"], "content": last + "\\n" + note}]
-    return prompt if note in prompt else prompt + "\\n" + note
-'''
