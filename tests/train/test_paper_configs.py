@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harnesses.loader import load_harness
-from tests.test_paper_sources import dapo_rows, lichess_csv, searchr1_rows
+from tests.envs.test_paper_sources import dapo_rows, lichess_csv, searchr1_rows
 from whale_train.trainer import TrainConfig
 
 PAPER = Path(__file__).resolve().parents[2] / "configs" / "paper"

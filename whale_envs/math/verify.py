@@ -11,7 +11,7 @@ decides; its name is ``Verdict.matcher``):
    commands (``\\!``, ``\\,``), ``\\left``/``\\right``, ``\\dfrac`` → ``\\frac``, degree signs, ``%``,
    currency signs (``$``, ``\\$``, €, £), a leading ``x =`` when the gold has no ``=``, a trailing
    period, and all white space. Numbers, on purpose more lenient than an exact string match (each rule
-   has its tests in ``tests/test_math_verify.py``):
+   has its tests in ``tests/envs/test_math_verify.py``):
 
    * *thousands separators* (``1,000``, ``10,\\!000``, ``10{,}000``, ``1 000 000``, LaTeX's thin-space
      grouping ``11,\\! 111,\\! 100``) make one number only when every group after the first has three

@@ -1,4 +1,4 @@
-"""The verifiers as the paper runs them (issue 42): DAPO's strict \\boxed{} rule selectable in the math
+"""The verifiers as the paper runs them: DAPO's strict \\boxed{} rule selectable in the math
 env, and the LLM judge in the paper's mode (asked on every answer, exact match when it fails)."""
 
 from __future__ import annotations

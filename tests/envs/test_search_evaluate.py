@@ -1,5 +1,5 @@
-"""``whale retriever recall`` scores BM25 and a dense encoder side by side on the same questions (issue 42
-item 3): the dense column runs through the served index's code (a flat index per corpus) with a tiny
+"""``whale retriever recall`` scores BM25 and a dense encoder side by side on the same questions:
+the dense column runs through the served index's code (a flat index per corpus) with a tiny
 random encoder built here from a config, and BM25's numbers do not move with the flag."""
 
 from __future__ import annotations

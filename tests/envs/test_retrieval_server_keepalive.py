@@ -1,4 +1,4 @@
-"""The retrieval server answers a keep-alive client without the 40 ms delayed-ACK stall (issue 49): the
+"""The retrieval server answers a keep-alive client without the 40 ms delayed-ACK stall: the
 reply's head and body are two writes, and without TCP_NODELAY the body waited for the client's delayed
 ACK of the head on every request (p50 48 ms for one BM25 query on 10k passages; 2.8 ms with it)."""
 

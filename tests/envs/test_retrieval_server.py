@@ -1,4 +1,4 @@
-"""Retrieval as a service (issue 42): the server speaks Search-R1's API over BM25 and a dense index, the
+"""Retrieval as a service: the server speaks Search-R1's API over BM25 and a dense index, the
 SearchQA env searches through it, and a dense index built with a tiny random encoder (made here from a
 config and a local vocabulary: no downloads) is exact, resumable and served. Loopback only."""
 

@@ -1,4 +1,4 @@
-"""Real encoders work as their authors meant (issue 50): the prefixes come from a sentence-transformers
+"""Real encoders work as their authors meant: the prefixes come from a sentence-transformers
 folder's prompts (else e5's for an e5 model, else none; flags override them, the index records them and
 the server uses the recorded ones), the pooling and normalization from its modules.json, and anything
 else is refused in one line. What is built and served equals sentence-transformers' own ``encode``:
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.test_paper_retrieval import PASSAGES, post, serve, write_corpus
+from tests.envs.test_retrieval_server import PASSAGES, post, serve, write_corpus
 from tests.tiny_bert import save_random_bert, words_of
 from whale_envs.search.dense import DenseIndex, DenseIndexError, Encoder, build_index, encoder_config
 

@@ -1,4 +1,4 @@
-"""`whale retriever serve` says what it does (issue 50): a summary line per window that saw traffic
+"""`whale retriever serve` says what it does: a summary line per window that saw traffic
 (requests, queries, errors, latency), or a line per request with ``--log-requests``; nothing when idle."""
 
 from __future__ import annotations

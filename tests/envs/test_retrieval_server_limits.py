@@ -1,4 +1,4 @@
-"""Red team of `whale retriever serve` (issue 48): a client may not cost the server more than its
+"""Red team of `whale retriever serve`: a client may not cost the server more than its
 limits. A 163 KB request for 250 queries x topk 1000 used to get a 147 MiB reply; ``Content-Length: -1``
 used to be read until the client closed; 300 unfinished request heads used to hold 300 threads for
 ever. Each is now refused with a one-line JSON error naming the cap, or timed out, and an honest client

@@ -1,4 +1,4 @@
-"""Envs and h0 at the paper's settings (issue 42): chess retry budgets, and each domain's paper_h0
+"""Envs and h0 at the paper's settings: chess retry budgets, and each domain's paper_h0
 driving a real env episode with a scripted model (what the reference's base harness does)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The paper's data files load (issue 42): Search-R1, DAPO, AIME and Lichess files built here in the
+"""The paper's data files load: Search-R1, DAPO, AIME and Lichess files built here in the
 real schemas with pyarrow (nothing third-party is bundled), with the documented filters and splits."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Red team of the task-file loaders (issue 48): a 100 KB ``.jsonl.gz`` with one 100 MB row used to cost
+"""Red team of the task-file loaders: a 100 KB ``.jsonl.gz`` with one 100 MB row used to cost
 400 MB in the trusted process, and a CSV field over 128 KB was a raw ``_csv.Error`` traceback. Rows are
 now read a capped line at a time and compressed files under a decompressed-size cap, so the cap is hit
 before the memory is spent; every bad file is one TaskSourceError line naming the file and row."""

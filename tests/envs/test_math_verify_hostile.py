@@ -1,7 +1,7 @@
-"""Red team, the math verifier (issue 40, items 1 and 7): answer text is never evaluated, symbolic
+"""Red team, the math verifier: answer text is never evaluated, symbolic
 matching runs only in the OS sandbox, and the verifier's lenient rules are right.
 
-Before this round, ``_sympy`` handed the answer to SymPy's ``parse_expr`` (``eval`` with builtins) and
+Before these tests, ``_sympy`` handed the answer to SymPy's ``parse_expr`` (``eval`` with builtins) and
 math-verify's expression extraction did the same, in the trusted process: an answer could run any
 command as the user of ``whale eval``. Each test here failed on that code.
 """
@@ -23,7 +23,7 @@ from whale_envs.tasks import ListSource, Task
 # `make test` runs the tests that time calls side by side on one worker, one after another
 pytestmark = pytest.mark.xdist_group("timing")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def payloads(marker: Path) -> list[str]:

@@ -40,7 +40,7 @@ from whale_train.meta_harness.archive import Archive
 from whale_train.meta_harness.library import library_for
 from whale_train.rollout import RolloutConfig, run_rollouts
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSITE = {"leg_counting": 1, "basic_arithmetic": 1}
 #: The two datasets of every check: one reasoning-gym dataset, and a composite of two.
 SPECS = {
