@@ -3,7 +3,8 @@ withheld, or used as a calculator step: the model writes an expression, the env'
 self-consistency votes, a hint, and memory of solved problems.
 
 No mechanism does arithmetic: numbers come from the model or from running the model's expression in
-the env's own tool.
+the env's own tool. Their code is in ``mechanisms/math.py`` (and ``harnesses/math/calculator.py``);
+``render`` picks and assembles it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from harnesses.math.calculator import MathCalculator
 from whale_train.meta_harness.library import core
 from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, memory_slot
+from whale_train.meta_harness.library.mechanisms import math as m
 from whale_train.rollout import Trajectory
 
 SLOTS = {
@@ -86,86 +88,33 @@ def render(g: Genome, name: str) -> str:
     memory = s["memory"] == "examples"
     parts = [core.candidate_header(name, g, attrs)]
 
-    if s["observation"] == "env_text":
-        parts.append(
-            core.define(
-                "format_observation(self, obs, info)",
-                "return obs",
-                doc="The env's own text: the problem, tool output, how to reply, and any error.",
-            )
-        )
-    else:
-        tool_output = """
-            tool = info.get("last_tool")
-            if tool:
-                text += f"\\nPython output: {(tool.get('stdout') or tool.get('stderr') or '').strip()[:400]}"
-            """
-        parts.append(
-            core.define(
-                "format_observation(self, obs, info)",
-                """text = f"Problem: {info['question']}\"""",
-                tool_output if s["observation"] == "full" else "",
-                """
-                if info.get("error"):
-                    text += f"\\nYour previous reply was not understood: {info['error']}"
-                return text
-                """,
-            )
-        )
+    observation = {
+        "full": m.ObservationFull,
+        "env_text": m.ObservationEnvText,
+        "question": m.ObservationQuestion,
+    }[s["observation"]]
+    parts.append(core.method(core.code_of(observation.format_observation)))
 
     instruction = core.py(HINTS[s["hint"]] + FORMATS[s["output"]])
-    examples = """
-        shown = [f"Example: Problem: {q}\\nAnswer: {self.answer_text(a)}" for q, a in EXAMPLES if q != info["question"]]
-        text = "\\n\\n".join(shown[: self.max_examples] + [text])
-        """
-    if s["tool"] != "none":  # offered (also after a calculator step, as in math/calculator)
-        ending = f"""
-            tool_line = "To run Python first, reply python: <code> and print the result. " if info.get("tool_calls_left") else ""
-            return text + "\\n" + tool_line + {instruction}
-            """
-    else:
-        ending = f'return text + "\\n" + {instruction}'
     parts.append(
         core.define(
             "build_prompt(self, text, info)",
-            examples if memory else "",
-            ending,
+            core.body_of(m.examples_first) if memory else "",
+            core.body_of(m.tool_offered if s["tool"] != "none" else m.no_tool, INSTRUCTION=instruction),
             doc="Solved problems first (never the current one), then the problem." if memory else "",
         )
     )
     if memory:
-        shown = '"\\\\boxed{" + answer + "}"' if s["output"] != "answer_line" else '"answer: " + answer'
-        parts.append(core.define("answer_text(self, answer)", f"return {shown}"))
+        shown = m.boxed_answer if s["output"] != "answer_line" else m.answer_line
+        parts.append(core.define("answer_text(self, answer)", core.body_of(shown)))
 
-    python = """
-        if text.lower().startswith("python:"):
-            return text
-        """
-    if s["output"] == "boxed":
-        body = """
-            boxed = extract_boxed(text)
-            return f"answer: {boxed}" if boxed else None
-            """
-    elif s["output"] == "answer_line":
-        body = """
-            found = re.search(r"answer:\\s*(.+)", text, flags=re.I)
-            return f"answer: {found.group(1).strip()}" if found else None
-            """
-    else:
-        body = """
-            found = extract_boxed(text)
-            if not found:
-                line = re.search(r"answer:\\s*(.+)", text, flags=re.I)
-                numbers = re.findall(r"-?\\d+(?:\\.\\d+)?(?:/\\d+)?", text)
-                found = line.group(1).strip() if line else (numbers[-1] if numbers else None)
-            return f"answer: {found}" if found else None
-            """
+    parse = {"boxed": m.parse_boxed, "answer_line": m.parse_answer_line, "lenient": m.parse_lenient}
     parts.append(
         core.define(
             "parse_action(self, text, info)",
-            "text = text.strip()",
-            python if s["tool"] != "none" else "",
-            body,
+            core.body_of(m.stripped),
+            core.body_of(m.python_first) if s["tool"] != "none" else "",
+            core.body_of(parse[s["output"]]),
             doc="The answer in the reply: boxed, else an answer: line, else its last number."
             if s["output"] == "lenient"
             else "",
@@ -173,54 +122,13 @@ def render(g: Genome, name: str) -> str:
     )
 
     if s["action"] != "generate":
-        parts.append(
-            core.define(
-                "answers(self, actions)",
-                """
-                values = [a.split(":", 1)[1].replace(" ", "") for a in actions if a and a.startswith("answer:")]
-                best = majority(values)
-                return f"answer: {best}" if best is not None else None
-                """,
-                doc="The most frequent answer among parsed replies (None if none is an answer).",
-            )
-        )
-        prefer_tool = """
-            if info.get("tool_calls_left") and not info.get("last_tool"):
-                for action in actions:
-                    if action and action.lower().startswith("python:"):
-                        return action
-            """
-        parts.append(
-            core.define(
-                "act(self, obs, info, llm)",
-                """
-                prompt = self.make_prompt(self.format_observation(obs, info), info, llm)
-                replies = llm.sample(prompt, self.samples, **self.params())
-                actions = [self.parse_action(r, info) for r in replies]
-                """,
-                prefer_tool if s["action"] == "prefer_tool" else "",
-                "return self.answers(actions) or next((a for a in actions if a), replies[0])",
-                doc="Several samples: while the tool is unused, take one that runs Python (computing with the\n"
-                "        tool is more reliable than in the head); else the most frequent answer."
-                if s["action"] == "prefer_tool"
-                else "Self-consistency: the most frequent answer among several samples.",
-            )
-        )
+        parts.append(core.method(core.code_of(m.ActionVote.answers)))
+        act = m.ActionPreferTool.act if s["action"] == "prefer_tool" else m.ActionVote.act
+        parts.append(core.method(core.code_of(act)))
 
     if s["tool"] == "calculator":
-        if s["action"] == "vote":
-            parts.append(
-                core.define(
-                    "expression(self, prompt, llm)",
-                    """
-                    replies = llm.sample(prompt, self.samples, **self.params())
-                    return majority([e.strip() for e in (extract_tag(r, "expr") for r in replies) if e])
-                    """,
-                    doc="The most frequent expression among several samples.",
-                )
-            )
-        else:
-            parts.append(core.method(core.code_of(MathCalculator.expression)))
+        expression = m.CalculatorVote if s["action"] == "vote" else MathCalculator
+        parts.append(core.method(core.code_of(expression.expression)))
         parts.append(core.method(core.code_of(MathCalculator.run)))
     examples = [(e["question"], e["answer"]) for e in g.get("examples") or []] if memory else []
     prefix = core.string_list("EXAMPLES", examples, "Solved problems from the archive (problem, answer).")
