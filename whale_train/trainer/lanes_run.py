@@ -30,16 +30,15 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harnesses.loader import HarnessRef
 from whale_train.lanes import Arrival, LaneLLM, ProposerLane, lane_metrics, make_clock
 from whale_train.meta_harness.search import Proposed
 from whale_train.schedule import RunState, Schedule, ScheduleDecision, overlaps
 from whale_train.trainer.config import TrainConfig
 from whale_train.trainer.interrupt import stop_if_interrupted
+from whale_train.trainer.part import RunPart
 from whale_train.trainer.units import harness_signals
 
 
@@ -48,15 +47,9 @@ def uses_lanes(config: TrainConfig) -> bool:
     return overlaps(config.method, config.schedule) or config.schedule.proposer_latency is not None
 
 
-class RunLanes:
+class RunLanes(RunPart):
     """The two-lane loop of :class:`whale_train.trainer.Run` (a part of it; see the module docstring)."""
 
-    config: TrainConfig
-    dir: Path
-    llm: Any
-    log: Callable[[str], None]
-    harness: HarnessRef
-    state: RunState
     schedule: Schedule
     rescored: set[int]
     units: int

@@ -9,29 +9,22 @@ import contextlib
 import functools
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harnesses.loader import HarnessRef
 from whale_train.eval_cache import EvalCache, evaluation_key, weights_digest
 from whale_train.evaluation import EvalResult, TaskSet, eval_seed, evaluate, select_seed, task_set
 from whale_train.files import atomic_write_text
 from whale_train.rsft import check_model
-from whale_train.trainer.config import TrainConfig
 from whale_train.trainer.interrupt import stop_if_interrupted
+from whale_train.trainer.part import RunPart
 from whale_train.trainer.test_sets import eval_task_sets
 
 
-class RunEvaluation:
+class RunEvaluation(RunPart):
     """The evaluations of a run. It records each in the ledger with the run's ``_ledger``."""
 
-    config: TrainConfig
-    dir: Path
-    llm: Any
-    log: Callable[[str], None]
     progress: Any  # progress(description, total) -> a context manager yielding advance(); None: none shown
-    harness: HarnessRef
     eval_cache: EvalCache | None
     evaluated: set[str]  # the (model version, harness) keys evaluated so far
 

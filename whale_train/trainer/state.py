@@ -9,19 +9,17 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from harnesses.loader import HarnessRef
 from whale_train import distributed
 from whale_train.files import atomic_write_text
 from whale_train.rsft import RSFT
-from whale_train.schedule import RunState
 from whale_train.tracking import Tracker, event_metrics
 from whale_train.trainer.config import TrainConfig
+from whale_train.trainer.part import RunPart
 
 #: The lock file of a run directory: one ``whale train`` writes it at a time.
 RUN_LOCK = ".train.lock"
@@ -54,18 +52,12 @@ def _truncate_lines(path: Path, n: int) -> None:
         atomic_write_text(path, "".join(lines[:n]))
 
 
-class RunRecords:
+class RunRecords(RunPart):
     """The ledger and the state of a run: ``_ledger`` appends an event, ``_save_state`` ends a unit,
     ``_restore`` (on ``--resume``) takes the run back to the last saved state. The rsft operator and the
     search come from the run's ``_rsft`` and ``_search``."""
 
-    config: TrainConfig
-    dir: Path
-    llm: Any
-    log: Callable[[str], None]
     trust_state: bool  # --trust-state: a resume may unpickle an older rsft_state.pt
-    harness: HarnessRef
-    state: RunState
     rsft: RSFT | None
     units: int
     ledger_lines: int

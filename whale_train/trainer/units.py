@@ -15,9 +15,9 @@ from typing import Any, Protocol
 from harnesses.loader import HarnessRef, load_harness
 from whale_train import distributed
 from whale_train.rsft import RSFT
-from whale_train.schedule import RunState
 from whale_train.trainer.backend import train_model
 from whale_train.trainer.config import TrainConfig
+from whale_train.trainer.part import RunPart
 
 #: The unit of each phase: phase name -> the name of the ``Run`` method that runs one (``unit_of``).
 UNIT_KINDS: dict[str, str] = {}
@@ -68,16 +68,10 @@ def make_harness_phase(config: TrainConfig, run_dir: Path, llm: Any) -> HarnessP
     )
 
 
-class RunUnits:
+class RunUnits(RunPart):
     """The units of :class:`whale_train.trainer.Run` (a part of it): the operators, built on first use, and
     one unit of each phase, which updates the schedule's state with what the unit showed."""
 
-    config: TrainConfig
-    dir: Path
-    llm: Any
-    log: Callable[[str], None]
-    harness: HarnessRef
-    state: RunState
     rsft: RSFT | None
     search: HarnessPhase | None
     rescored: set[int]  # model versions whose harness re-scoring the ledger has charged
