@@ -3,6 +3,8 @@ format and its parser, how the move is picked (free generation, likelihood choic
 a vote), an instruction hint, retries with the env's feedback, and memory of solved puzzles.
 
 No mechanism knows chess: moves come from the model (or its likelihoods) and the env's legal-move list.
+Their code is in ``mechanisms/chess.py`` (and the shipped ``harnesses/chess_puzzles/``); ``render``
+picks it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from harnesses.chess_puzzles.choose import ChessChoose
 from harnesses.chess_puzzles.h0 import ChessH0
 from whale_train.meta_harness.library import core
 from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, memory_slot
+from whale_train.meta_harness.library.mechanisms import chess as m
 from whale_train.rollout import Trajectory
 
 SLOTS = {
@@ -81,26 +84,6 @@ HINTS = {
 }
 
 
-#: The action mechanisms written here (``choose`` is ``chess_puzzles/choose``'s): docstring and body.
-ACTS = {
-    "vote": (
-        "The most frequent legal move among several samples; likelihood choice if none is legal.",
-        """
-        answers = [self.parse_action(t, info) for t in llm.sample(prompt, self.samples, **self.params())]
-        best = majority([a for a in answers if a in self.legal(info)])
-        return best if best is not None else self.most_likely(prompt, info, llm)
-        """,
-    ),
-    "generate_choose": (
-        "The model's move if it is legal, else the legal move it finds most likely.",
-        """
-        move = self.parse_action(llm.complete(prompt, **self.params()), info)
-        return move if move in self.legal(info) else self.most_likely(prompt, info, llm)
-        """,
-    ),
-}
-
-
 def _format_line(notation: str, output: str) -> str:
     name = "UCI" if notation == "uci" else "SAN"
     if output == "bare":
@@ -110,9 +93,6 @@ def _format_line(notation: str, output: str) -> str:
 
 def render(g: Genome, name: str) -> str:
     s, c = g["slots"], g["constants"]
-    uci = s["notation"] == "uci"
-    moves_key = "legal_moves_uci" if uci else "legal_moves_san"
-    last_key = "last_opponent_move" if uci else "last_opponent_move_san"
     attrs = {
         "temperature": c["temperature"],
         "max_tokens": 16,
@@ -125,112 +105,30 @@ def render(g: Genome, name: str) -> str:
         attrs["samples"] = c["samples"]
     parts = [core.candidate_header(name, g, attrs)]
 
-    parts.append(
-        core.method(
-            f'''
-            def legal(self, info):
-                return info["{moves_key}"]
-            '''
-        )
-    )
-    error_line = """
-        if info.get("error"):
-            lines.append(f"Your previous answer was rejected: {info['error']}")
-        return "\\n".join(lines)"""
-    if s["observation"] == "env_text":
-        parts.append(
-            core.method(
-                '''
-                def format_observation(self, obs, info):
-                    """The env's own text: board, FEN, legal moves (UCI), how to reply, and any error."""
-                    return obs
-                '''
-            )
-        )
-    else:
-        if s["observation"] == "full":
-            head = f"""
-        lines = [f"Chess puzzle. You play {{info['solver_color']}}. {{info['goal']}}"]
-        if info.get("{last_key}"):
-            lines.append(f"Opponent's last move: {{info['{last_key}']}}")
-        lines += [info["board"], f"FEN: {{info['fen']}}", "Legal moves: " + " ".join(self.legal(info))]"""
-        elif s["observation"] == "compact":
-            head = """
-        lines = [f"You play {info['solver_color']}. {info['goal']}", f"FEN: {info['fen']}"]
-        lines.append("Legal moves: " + " ".join(self.legal(info)))"""
-        else:  # board
-            head = """
-        lines = [f"You play {info['solver_color']}. {info['goal']}", info["board"]]
-        lines.append("Legal moves: " + " ".join(self.legal(info)))"""
-        parts.append("    def format_observation(self, obs, info):" + head + error_line)
+    # the mechanisms are written for UCI: under SAN the same code reads the SAN fields of info
+    fields = {"legal_moves_uci": "legal_moves_san", "last_opponent_move": "last_opponent_move_san"}
+    fields = fields if s["notation"] == "san" else {}
+    parts.append(core.method(core.code_of(m.Notation.legal, **fields)))
+    observation = {
+        "full": m.ObservationFull,
+        "env_text": m.ObservationEnvText,
+        "compact": m.ObservationCompact,
+        "board": m.ObservationBoard,
+    }[s["observation"]]
+    parts.append(core.method(core.code_of(observation.format_observation, **fields)))
 
     instruction = core.py("\n" + HINTS[s["hint"]] + _format_line(s["notation"], s["output"]))
-    if s["memory"] == "examples":
-        parts.append(
-            core.method(
-                f'''
-                def build_prompt(self, text, info):
-                    """Solved puzzles first (never the current one), then the puzzle."""
-                    shown = [f"Example: FEN {{fen}}\\nAnswer: {{self.option(move)}}" for fen, move in EXAMPLES if fen != info["fen"]]
-                    return "\\n\\n".join(shown[: self.max_examples] + [text + {instruction}])
-                '''
-            )
-        )
-    else:
-        parts.append(
-            core.method(
-                f"""
-                def build_prompt(self, text, info):
-                    return text + {instruction}
-                """
-            )
-        )
+    memory = m.MemoryExamples if s["memory"] == "examples" else m.MemoryNone
+    parts.append(core.method(core.code_of(memory.build_prompt, INSTRUCTION=instruction)))
 
-    if s["output"] == "tag":
-        parse = """
-            def parse_action(self, text, info):
-                return extract_tag(text, "move")
-            """
-    elif s["output"] == "bare":
-        parse = '''
-            def parse_action(self, text, info):
-                """The first word of the reply."""
-                words = text.split()
-                return words[0].strip(".,;:!") if words else None
-            '''
-    else:
-        parse = '''
-            def parse_action(self, text, info):
-                """The move in <move></move>; else the first word of the reply that names a legal move."""
-                tagged = extract_tag(text, "move")
-                if tagged:
-                    return tagged
-                pairs = list(zip(info["legal_moves_uci"], info["legal_moves_san"], self.legal(info)))
-                for word in text.split():
-                    word = word.strip(".,;:!()+#")
-                    for uci, san, listed in pairs:
-                        if word in (uci, san):
-                            return listed
-                return None
-            '''
-    parts.append(core.method(parse))
-    option = '"<move>" + move + "</move>"' if s["output"] != "bare" else "move"
-    parts.append(
-        core.method(
-            f"""
-            def option(self, move):
-                return {option}
-            """
-        )
-    )
+    output = {"tag": m.OutputTag, "bare": m.OutputBare, "lenient": m.OutputLenient}[s["output"]]
+    parts.append(core.method(core.code_of(output.parse_action)))
+    option = m.OutputBare.option if s["output"] == "bare" else m.OutputTag.option
+    parts.append(core.method(core.code_of(option)))
 
-    prompt_line = "prompt = self.make_prompt(self.format_observation(obs, info), info, llm)"
-    if s["action"] == "choose":
-        parts.append(core.method(core.code_of(ChessChoose.act)))
-    elif s["action"] in ACTS:
-        doc, body = ACTS[s["action"]]
-        parts.append(core.define("act(self, obs, info, llm)", prompt_line, body, doc=doc))
-    if s["action"] != "generate":
+    if s["action"] != "generate":  # generate: Harness.act
+        act = {"choose": ChessChoose, "vote": m.ActionVote, "generate_choose": m.ActionGenerateChoose}
+        parts.append(core.method(core.code_of(act[s["action"]].act)))
         parts.append(core.method(core.code_of(ChessChoose.most_likely)))
     # the loop is Harness.run; h0's per-position retry budget ends an episode after too many illegal moves
     parts += [core.method(core.code_of(ChessH0.start)), core.method(core.code_of(ChessH0.give_up))]
