@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from whale_train.registry import registrar
+
 T = TypeVar("T")
 
 
@@ -40,16 +42,9 @@ class Clock(Protocol):
         the accelerator spends nothing while it waits)."""
 
 
-#: name -> clock class (``schedule.latency_clock``); a class registers itself with :func:`clock`.
+#: name -> clock class (``schedule.latency_clock``); a class registers itself with ``@clock(name)``.
 CLOCKS: dict[str, type] = {}
-
-
-def clock(name: str) -> Callable[[type], type]:
-    def register(cls: type) -> type:
-        CLOCKS[name] = cls
-        return cls
-
-    return register
+clock = registrar(CLOCKS)
 
 
 @clock("wall")

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whale_train.registry import registrar
+
 #: docs/PAPER.md's section on fetching the paper's data (the fix of a missing data file).
 DATA_DOCS = "docs/PAPER.md, section 1 (Data)"
 #: Seconds a retrieval server has to answer the check's one-query POST.
@@ -90,17 +92,9 @@ class Report:
 
 
 CheckFn = Callable[[Context], Iterable["Problem | str"]]
+#: name -> check, registered with ``@check(name)`` (the checks run in the order they are registered).
 CHECKS: dict[str, CheckFn] = {}
-
-
-def check(name: str) -> Callable[[CheckFn], CheckFn]:
-    """Register a check under ``name`` (the checks run in the order they are registered)."""
-
-    def register(fn: CheckFn) -> CheckFn:
-        CHECKS[name] = fn
-        return fn
-
-    return register
+check = registrar(CHECKS)
 
 
 def preflight(config: Any, out: str | Path | None = None, resume: bool = False) -> Report:

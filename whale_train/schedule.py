@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from whale_train.config_io import Config, option
+from whale_train.registry import registrar
 
 METHODS = ("whale", "adaptive", "weight-only", "harness-only", "stagewise", "fst", "whale-overlap")
 #: The methods that alternate weight and harness phases: the ones ``overlap`` can pipeline.
@@ -301,19 +302,10 @@ class Stagewise:
         )
 
 
-#: method -> the policy it runs (a factory of its ``ScheduleConfig``); registered with :func:`policy`.
+#: method -> the policy it runs (a factory of its ``ScheduleConfig``); registered with
+#: ``@policy(method, ...)``.
 POLICIES: dict[str, Callable[[ScheduleConfig], Schedule]] = {}
-
-
-def policy(
-    *methods: str,
-) -> Callable[[Callable[[ScheduleConfig], Schedule]], Callable[[ScheduleConfig], Schedule]]:
-    def register(factory: Callable[[ScheduleConfig], Schedule]) -> Callable[[ScheduleConfig], Schedule]:
-        for method in methods:
-            POLICIES[method] = factory
-        return factory
-
-    return register
+policy = registrar(POLICIES)
 
 
 @policy("weight-only")
