@@ -368,7 +368,7 @@ main = _threaded_main
 
 
 def threaded_worker_program() -> str:
-    from tests.test_redteam_worker import changed_worker_program
+    from tests.sandbox.test_harness_worker import changed_worker_program
 
     return changed_worker_program(_THREADED_MAIN)  # run in the worker module, before its main
 

@@ -68,7 +68,7 @@ the code and waits for nothing else; it runs that one program as ``main.py`` and
 the pool is refilled when the call is done, in a thread of its own. A pooled sandbox is started from
 the limits alone: it knows nothing of the call it will serve until the code comes, and nothing of any
 other. What the code sees (environment, files, descriptors, limits, command line, tracebacks) is what
-a cold start shows; ``tests/test_sandbox_fork_server.py`` compares them.
+a cold start shows; ``tests/sandbox/test_sandbox_fork_server.py`` compares them.
 
 The pieces a later user needs separately are public: :class:`Limits`, :func:`isolation_available`,
 :func:`kill_tree`, and :func:`spawn_python`, which starts a long-running sandboxed program that talks

@@ -82,7 +82,7 @@ def harness_view(info: dict[str, Any]) -> dict[str, Any]:
     unseen" (docs/HARNESSES.md) is applied to it. The task's id is replaced by its opaque name under the
     split key (stable within a run, unrelated to the id, so no function of it tells the task's split);
     everything else the env chose to show passes as JSON. Every handle call of every harness, trusted or
-    sandboxed, gets its ``info`` through here; ``tests/test_redteam_round4_split.py`` checks, for every
+    sandboxed, gets its ``info`` through here; ``tests/sandbox/test_split_visibility.py`` checks, for every
     registered env, that the view of a task is the same whichever split the env was built on."""
     shown = jsonable(info)
     if "task_id" in shown:

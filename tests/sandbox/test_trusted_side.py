@@ -1,7 +1,7 @@
 """Red team, the trusted process: nothing an episode sends stalls it, exhausts it, becomes training
 data or breaks its writers, and its clocks do not depend on how loaded the machine is.
 
-Each class below was an attack that succeeded against the engine before (issue 40, items 4, 5, 6, 8):
+Each class below was an attack that succeeded against an earlier engine:
 
 * stalls: a loop on refused handle calls restarted the harness's clock, so the episode never ended;
   sizes (``n`` of ``sample``, stop lists, prompts, ``max_tokens``) were used before they were checked;
@@ -11,7 +11,7 @@ Each class below was an attack that succeeded against the engine before (issue 4
 * load: time a message waited on a busy trusted side was charged to the harness as its compute.
 
 Episodes run through the real worker (forked, sandboxed) with a scripted model, as in
-``tests/test_redteam_worker.py``.
+``tests/sandbox/test_harness_worker.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 from harnesses.base import HarnessCallError
 from harnesses.loader import harness_from_source
 from harnesses.worker import parse_message
-from tests.test_redteam_worker import (
+from tests.sandbox.test_harness_worker import (
     HEADER,
     MATH,
     MATH_TASKS,

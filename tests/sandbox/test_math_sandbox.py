@@ -29,7 +29,7 @@ pytestmark = pytest.mark.xdist_group("sandbox")
 LIMITS = Limits(
     wall_s=4.0, cpu_s=2, memory_mb=256, max_processes=16, output_bytes=65_536, isolation="namespaces"
 )
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _ours_or_orphaned(pid: int) -> bool:

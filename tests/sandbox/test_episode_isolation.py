@@ -1,4 +1,4 @@
-"""Red team, round 3 (issue 40, item 3): the AST lint is a first filter with an allow-list, and every
+"""Red team: the AST lint is a first filter with an allow-list, and every
 episode is alone at the OS level.
 
 The lint routes: three ways to full Python that the old deny-list let through, each shown to give a real
@@ -15,7 +15,7 @@ escape under the old rules (the attack returned the worker's pid through ``os``)
 The isolation attacks: two episodes of one worker (the samples of one task) try to meet over an abstract
 unix socket, a named socket in /tmp or /dev/shm, SysV and POSIX shared memory, a signal to the sibling's
 pid and /proc; the harness has bypassed the lint (full Python inside the worker's jail, as in
-``tests/test_redteam_worker.py``). Every route must fail.
+``tests/sandbox/test_harness_worker.py``). Every route must fail.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import pytest
 import whale_train.rollout.executors as executors
 from harnesses.loader import shipped_harnesses
 from harnesses.validate import HarnessValidationError, ValidationReport, load_class, validate_source
-from tests.test_redteam_worker import (  # noqa: F401 - unlinted: a fixture
+from tests.sandbox.test_harness_worker import (  # noqa: F401 - unlinted: a fixture
     UNLINTED,
     changed_worker_program,
     reported,

@@ -29,7 +29,7 @@ from whale_envs.sandbox import Limits, forkserver, pool, run_python
 pytestmark = pytest.mark.xdist_group("sandbox")
 
 JAILED = Limits(wall_s=8, cpu_s=4, memory_mb=256, isolation="namespaces")
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def _server_pid() -> int:

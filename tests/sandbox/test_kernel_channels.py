@@ -1,14 +1,14 @@
-"""Red team, round 4 (issue 48, item 2): samples talk through shared kernel objects.
+"""Red team: samples talk through shared kernel objects.
 
 The namespaces of an episode (and of a tool call) separate *names*, not *inodes*: every episode and
 every tool call sees the same read-only interpreter files, so any kernel facility that watches, locks
-or signals on an inode is a channel between the samples of one task unless it is out of reach. Round 3
-refused a list of such calls; inotify from the math tool (a lint-clean harness reaches it through a
+or signals on an inode is a channel between the samples of one task unless it is out of reach. A deny-list
+of such calls was not enough: inotify from the math tool (a lint-clean harness reaches it through a
 ``python:`` action) and ``fcntl(F_NOTIFY)`` + ``F_SETSIG`` (dnotify) still got through, so the filter is
 now an allow-list (``SYSCALLS`` and ``ARGUMENTS`` in ``whale_envs/_children.py``).
 
 Each channel below runs in two samples of one task at once, from the harness process (full Python:
-the lint is bypassed, as in ``tests/test_redteam_worker.py``) and from the tool sandbox (two calls at
+the lint is bypassed, as in ``tests/sandbox/test_harness_worker.py``) and from the tool sandbox (two calls at
 once with the math env's limits, the jail a ``python:`` action runs in). Each payload sets ``out``:
 ``refused`` when the kernel object cannot be made or used, ``alone`` when it works but shows nothing of
 the sibling, ``met``/``open`` when it could carry bits. Every channel must carry 0 bits.
@@ -23,7 +23,7 @@ import uuid
 import pytest
 
 from harnesses.loader import harness_from_source
-from tests.test_redteam_worker import HEADER, reported, rollouts, unlinted  # noqa: F401 - a fixture
+from tests.sandbox.test_harness_worker import HEADER, reported, rollouts, unlinted  # noqa: F401 - a fixture
 from whale_envs.math.env import DEFAULT_TOOL_LIMITS
 from whale_envs.sandbox import isolation_available, run_python
 

@@ -1,4 +1,4 @@
-"""Red team, round 4 (issue 48, item 1): the split is not visible.
+"""Red team: a task's split is not visible.
 
 The attack: a task's split was a public function of its id (a SHA-256), and a harness gets ``task_id`` in
 ``info``. A harness could act honestly on the train and harness splits (all that ``whale check`` and the

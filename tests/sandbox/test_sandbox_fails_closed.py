@@ -21,7 +21,7 @@ from whale_envs.sandbox import IsolationUnavailable, Limits, config, policy, run
 # `make test` runs the jail and sandbox-pool tests on one worker, one after another (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("sandbox")
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 JAILED = Limits(wall_s=5, cpu_s=3, memory_mb=256, isolation="namespaces")
 
 # Runs under the interpreter of a layout built in the temp directory: loads the sandbox module by path
