@@ -1,11 +1,11 @@
 """Search-QA mechanisms: how the first query is made (the model's own, the question itself, or the
 question rewritten to its key words), follow-up queries written from what was read (answering once from
 everything read, or reading an answer after each search and letting the model's likelihood pick one),
-the passage budget
-(how many passages, how long), the answer format and its parser, self-consistency votes, a hint, and
-memory of solved questions.
+the passage budget (how many passages, how long), the answer format and its parser, self-consistency
+votes, a hint, and memory of solved questions.
 
-No mechanism reads the answer out of a passage: answers come from the model.
+No mechanism reads the answer out of a passage: answers come from the model. Their code is in
+``mechanisms/search.py`` (and the shipped ``harnesses/search_qa/``); ``render`` picks it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from harnesses.search_qa.follow_up import SearchFollowUp
 from harnesses.search_qa.question_query import SearchQuestionQuery
 from whale_train.meta_harness.library import core
 from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, memory_slot
+from whale_train.meta_harness.library.mechanisms import search as m
 from whale_train.rollout import Trajectory
 
 SLOTS = {
@@ -71,12 +72,6 @@ H0 = core.seed_genome(
     "search", SLOTS, {"passages": 1, "passage_chars": 800, "temperature": 1.0, "samples": 4, "follow_ups": 1}
 )
 
-#: Question words and fillers dropped by the ``keywords`` query rewriting.
-STOPWORDS = (
-    "what who whom whose which where when why how is are was were does do did the a an of in on at to for "
-    "by with from and or that this there it its"
-).split()
-
 HINTS = {"none": "", "short": "Answer with a short phrase taken from the passage. "}
 
 
@@ -95,74 +90,16 @@ def render(g: Genome, name: str) -> str:
     memory = s["memory"] == "examples"
     parts = [core.candidate_header(name, g, attrs)]
 
-    if s["query"] == "model":
-        parts.append(core.method(core.code_of(SearchFollowUp.first_query)))
-    elif s["query"] == "question":
-        parts.append(
-            core.define(
-                "first_query(self, info, llm)", 'return info["question"]', doc="Search the question itself."
-            )
-        )
-    else:
-        parts.append(
-            core.define(
-                "first_query(self, info, llm)",
-                """
-                words = re.findall(r"[\\w'-]+", info["question"])
-                kept = [w for w in words if w.lower() not in STOPWORDS]
-                return " ".join(kept) or info["question"]
-                """,
-                doc="Query rewriting: the question without its question words and fillers.",
-            )
-        )
+    query = {"model": SearchFollowUp, "question": m.QueryQuestion, "keywords": m.QueryKeywords}[s["query"]]
+    parts.append(core.method(core.code_of(query.first_query)))
     parts.append(core.method(core.code_of(SearchFollowUp.shown)))
     instruction = core.py("\n" + HINTS[s["hint"]] + "Answer the question inside <answer></answer>.")
-    examples = """
-        shown = [f"Example: Question: {q}\\nAnswer: <answer>{a}</answer>" for q, a in EXAMPLES if q != info["question"]]
-        prompt = "\\n\\n".join(shown[: self.max_examples] + [prompt])
-        """
-    question = "f\"Question: {info['question']}\\nPassage: {self.shown(seen)}\" + " + instruction
-    if memory:
-        parts.append(
-            core.define(
-                "answer_prompt(self, info, seen)",
-                f"prompt = {question}",
-                examples,
-                "return prompt",
-                doc="Solved questions first (never the current one), then the question and passages.",
-            )
-        )
-    else:
-        parts.append(core.define("answer_prompt(self, info, seen)", f"return {question}"))
-    if s["output"] == "tag":
-        parts.append(core.method(core.code_of(SearchFollowUp.parse_answer)))
-    else:
-        parts.append(
-            core.define(
-                "parse_answer(self, reply)",
-                """
-                found = extract_tag(reply, "answer") or reply
-                found = re.sub(r"^\\s*answer:\\s*", "", found.strip(), flags=re.I)
-                lines = [line for line in found.splitlines() if line.strip()]
-                return lines[0].strip().rstrip(".") if lines else ""
-                """,
-                doc="The answer tag; else the reply's first line without an 'answer:' prefix or final dot.",
-            )
-        )
-    if s["answer"] == "vote":
-        parts.append(
-            core.define(
-                "answer(self, info, seen, llm)",
-                """
-                prompt = self.make_prompt(self.answer_prompt(info, seen), info, llm)
-                replies = llm.sample(prompt, self.samples, **self.params())
-                return majority([self.parse_answer(r) for r in replies])
-                """,
-                doc="Self-consistency: the most frequent answer among several samples.",
-            )
-        )
-    else:
-        parts.append(core.method(core.code_of(SearchFollowUp.answer)))
+    prompt = m.MemoryExamples if memory else m.MemoryNone
+    parts.append(core.method(core.code_of(prompt.answer_prompt, INSTRUCTION=instruction)))
+    output = m.OutputLenient if s["output"] == "lenient" else SearchFollowUp
+    parts.append(core.method(core.code_of(output.parse_answer)))
+    answer = m.AnswerVote if s["answer"] == "vote" else SearchFollowUp
+    parts.append(core.method(core.code_of(answer.answer)))
     if s["follow_up"] != "none":
         parts.append(core.method(core.code_of(SearchFollowUp.next_query)))
     if s["follow_up"] == "model_choose":
@@ -170,25 +107,15 @@ def render(g: Genome, name: str) -> str:
         parts.append(core.method(core.code_of(SearchFollowUp.pick)))
         parts.append(core.method(core.code_of(SearchFollowUp.run)))
     elif s["follow_up"] == "model":  # the same loop, answering once from every passage read
-        parts.append(
-            core.define(
-                "read(self, info, new, answers, llm)",
-                doc="Nothing is answered between searches: the answer comes from every passage read.",
-            )
-        )
-        parts.append(
-            core.define(
-                "pick(self, info, seen, answers, llm)",
-                "return self.answer(info, seen, llm)",
-                doc="One answer, from every passage read.",
-            )
-        )
+        parts.append(core.method(core.code_of(m.FollowUpModel.read)))
+        parts.append(core.method(core.code_of(m.FollowUpModel.pick)))
         parts.append(core.method(core.code_of(SearchFollowUp.run)))
     else:  # one search: the shipped search_qa/question_query's loop
         parts.append(core.method(core.code_of(SearchQuestionQuery.run)))
     prefix = ""
-    if s["query"] == "keywords":
-        prefix += f"#: Question words and fillers left out of the query.\nSTOPWORDS = {core.py(' '.join(STOPWORDS))}.split()\n\n\n"
+    if s["query"] == "keywords":  # the candidate's own copy of the words its first_query leaves out
+        words = core.py(" ".join(m.STOPWORDS))
+        prefix += f"#: Question words and fillers left out of the query.\nSTOPWORDS = {words}.split()\n\n\n"
     examples_list = [(e["question"], e["answer"]) for e in g.get("examples") or []] if memory else []
     prefix += core.string_list(
         "EXAMPLES", examples_list, "Solved questions from the archive (question, answer)."
