@@ -121,11 +121,11 @@ test: lint install-claude-code
 # collects the suite and imports its libraries again, and the side suites run beside them). --dist
 # loadgroup runs the tests of one xdist_group (a mark on the files that count processes or sandboxes, or
 # time themselves) on one worker, one after another. `make test-main PYTEST_WORKERS=0` runs it in one
-# process.
+# process. --durations=30 ends its output with the 30 slowest tests: where CI's time goes.
 PYTEST_WORKERS ?= 2
 
 test-main: install
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=30
 
 test-side:
 	$(MAKE) --jobs=1 --keep-going test-pinned test-vllm
