@@ -4,7 +4,8 @@
 and the rendering helpers); ``chess.py``, ``math.py`` and ``search.py`` are the built-in domains'
 libraries (each named by its ``Domain`` in ``whale_train.domains``); ``generic.py`` holds the
 domain-agnostic mechanisms an env without a library of its own gets, written on top of its seed
-harness. ``library_for(domain, seed_source)`` picks the right one.
+harness. ``library_for(domain, seed_source)`` picks the right one. ``mechanisms/`` holds the code the
+mechanisms put in a candidate, one module per library.
 """
 
 from __future__ import annotations

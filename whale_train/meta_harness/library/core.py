@@ -7,7 +7,9 @@ under those mechanisms, and (for the memory mechanism) the solved examples to sh
      "examples": [...]}
 
 ``DomainLibrary.render(genome, ...)`` writes it out as a readable, self-contained harness module: only
-the chosen mechanisms' code, constants as class attributes. Each mechanism and constant says which
+the chosen mechanisms' code, constants as class attributes. That code is real Python, written once in
+``mechanisms/`` (or in the shipped harness a mechanism comes from) and copied by ``code_of`` and
+``body_of``. Each mechanism and constant says which
 failure signals (``evaluate.trace_stats``) it addresses, which is how the proposer picks what to try.
 Every domain's ``h0`` genome behaves like the shipped ``h0``.
 """

@@ -12,11 +12,12 @@ byte for byte, what a candidate runs. Two kinds of code:
   ``parse_action``: how a Python call passes, then the output format's parser). A part's parameters
   are the names its body uses from that method; its docstring says where it goes and is not rendered.
 
-Names the candidate module defines are stood in for here so the code reads (and lints) as written:
-``EXAMPLES`` (the solved examples, ``core.string_list``) and ``INSTRUCTION`` (the prompt's instruction,
-which the render replaces by the genome's as a literal: ``core.code_of(..., INSTRUCTION=...)``). The
-candidate imports what it uses of ``re`` and ``harnesses.base`` (``core.module``), as these modules do.
+Two names stand in for what only the candidate has, so the code reads (and lints) as written:
+``EXAMPLES``, the candidate module's list of solved examples (``core.string_list``), and
+``INSTRUCTION``, which the render replaces by the genome's instruction as a literal
+(``core.code_of(..., INSTRUCTION=...)``). The candidate imports what it uses of ``re`` and
+``harnesses.base`` (``core.module``), as these modules do.
 
-A method whose line would be over the formatter's length is kept from it (``# fmt: off`` ... ``on``):
-reformatting would change the candidates the proposer writes, and so the search's results.
+Code with a line over the formatter's length is kept from it (``# fmt: off`` ... ``# fmt: on``, around
+the class or part): reformatting would change the candidates the proposer writes.
 """
