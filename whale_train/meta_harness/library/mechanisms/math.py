@@ -70,7 +70,7 @@ def no_tool(text):
     return text + "\n" + INSTRUCTION
 
 
-# ----------------- parts of answer_text(self, answer), under memory: examples: an example's answer
+# ------------------------------------------- answer_text(self, answer), under memory: examples (one part)
 
 
 def boxed_answer(answer):
