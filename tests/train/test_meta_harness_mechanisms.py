@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from harnesses.chess_puzzles.h0 import ChessH0
 from whale_train.meta_harness.library import core
 from whale_train.meta_harness.library.mechanisms import chess as chess_code
 from whale_train.meta_harness.library.mechanisms import math as math_code
@@ -21,8 +22,6 @@ def test_body_of_is_the_body_without_def_line_or_docstring():
 def test_replacements_are_whole_words_taken_as_they_are():
     literal = core.py("Put it in \\boxed{}.")  # a backslash is not a regex escape here
     assert core.body_of(math_code.no_tool, INSTRUCTION=literal) == f'return text + "\\n" + {literal}\n'
-    san = core.code_of(
-        chess_code.ObservationFull.format_observation, last_opponent_move="last_opponent_move_san"
-    )
+    san = core.code_of(ChessH0.format_observation, last_opponent_move="last_opponent_move_san")
     assert san.count("last_opponent_move_san") == 2 and "INSTRUCTION" not in san
     assert core.code_of(chess_code.Notation.legal).startswith("def legal(self, info):\n")

@@ -110,7 +110,7 @@ def render(g: Genome, name: str) -> str:
     fields = fields if s["notation"] == "san" else {}
     parts.append(core.method(core.code_of(m.Notation.legal, **fields)))
     observation = {
-        "full": m.ObservationFull,
+        "full": ChessH0,  # h0's own method
         "env_text": m.ObservationEnvText,
         "compact": m.ObservationCompact,
         "board": m.ObservationBoard,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from harnesses.math.calculator import MathCalculator
+from harnesses.math.h0 import MathH0
 from whale_train.meta_harness.library import core
 from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrary, Genome, memory_slot
 from whale_train.meta_harness.library.mechanisms import math as m
@@ -89,7 +90,7 @@ def render(g: Genome, name: str) -> str:
     parts = [core.candidate_header(name, g, attrs)]
 
     observation = {
-        "full": m.ObservationFull,
+        "full": MathH0,  # h0's own method
         "env_text": m.ObservationEnvText,
         "question": m.ObservationQuestion,
     }[s["observation"]]

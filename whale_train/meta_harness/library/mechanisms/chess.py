@@ -2,8 +2,9 @@
 
 Written for UCI, h0's notation: under ``notation: san`` the render reads the SAN fields of ``info``
 instead (``legal_moves_san`` for ``legal_moves_uci``, ``last_opponent_move_san`` for
-``last_opponent_move``) in ``Notation.legal`` and ``ObservationFull``. The likelihood choice
-(``ChessChoose``) and h0's retry budget (``ChessH0``) ship as harnesses and are rendered from there.
+``last_opponent_move``) in ``Notation.legal`` and h0's observation. The likelihood choice
+(``ChessChoose``), h0's observation and its retry budget (``ChessH0``) ship as harnesses and are
+rendered from there.
 """
 
 # The three lists OutputLenient zips are one length (every legal move, in UCI, in SAN, in the chosen
@@ -27,19 +28,6 @@ class Notation:
 
 
 # ------------------------------------------------------------------------------------ observation
-
-
-class ObservationFull:
-    """observation: full (h0)."""
-
-    def format_observation(self, obs, info):
-        lines = [f"Chess puzzle. You play {info['solver_color']}. {info['goal']}"]
-        if info.get("last_opponent_move"):
-            lines.append(f"Opponent's last move: {info['last_opponent_move']}")
-        lines += [info["board"], f"FEN: {info['fen']}", "Legal moves: " + " ".join(self.legal(info))]
-        if info.get("error"):
-            lines.append(f"Your previous answer was rejected: {info['error']}")
-        return "\n".join(lines)
 
 
 class ObservationEnvText:

@@ -16,19 +16,6 @@ INSTRUCTION = "Put the final answer in \\boxed{}."
 # ------------------------------------------------------------------------------------ observation
 
 
-class ObservationFull:
-    """observation: full (h0)."""
-
-    def format_observation(self, obs, info):
-        text = f"Problem: {info['question']}"
-        tool = info.get("last_tool")
-        if tool:
-            text += f"\nPython output: {(tool.get('stdout') or tool.get('stderr') or '').strip()[:400]}"
-        if info.get("error"):
-            text += f"\nYour previous reply was not understood: {info['error']}"
-        return text
-
-
 class ObservationEnvText:
     """observation: env_text."""
 
