@@ -177,7 +177,7 @@ def test_a_run_killed_in_the_middle_of_an_overlapped_phase_resumes_to_the_same_l
     import yaml
 
     from tests.crash import crash_env
-    from tests.train.test_trainer import MODEL, SMOKE, ledger, train_cli
+    from tests.train.test_trainer import MODEL, SMOKE, comparable, ledger, train_cli
 
     # E = 3 RSFT steps of 8 rollouts; each proposal arrives 16 rollouts (two steps) after it is asked for,
     # on the rollouts clock: in the middle of the next weight phase
@@ -201,23 +201,11 @@ def test_a_run_killed_in_the_middle_of_an_overlapped_phase_resumes_to_the_same_l
         assert train(out, point, resume=i > 0) == -9, point
     assert train(out, resume=True) == 0
 
-    def comparable(events):
-        keep = (
-            "event",
-            "phase",
-            "rollouts",
-            "rollouts_total",
-            "model_version",
-            "harness",
-            "mean",
-            "to",
-            "reason",
-        )
-        out = []
-        for e in events:
-            if e["event"] in ("start", "stop"):
-                continue
-            row = {k: e[k] for k in keep if k in e}
+    def with_arrivals(events):
+        """The comparable fields, and each candidate's versions and arrival on the rollouts clock."""
+        kept = [e for e in events if e["event"] not in ("start", "stop")]
+        out = comparable(kept, skip=())
+        for row, e in zip(out, kept, strict=True):
             p = e.get("proposal")
             if p:
                 row["proposal"] = {
@@ -230,10 +218,9 @@ def test_a_run_killed_in_the_middle_of_an_overlapped_phase_resumes_to_the_same_l
                         "arrived_clock",
                     )
                 }
-            out.append(row)
         return out
 
-    assert comparable(ledger(out)) == comparable(straight)
+    assert with_arrivals(ledger(out)) == with_arrivals(straight)
     gaps = [e["proposal"]["version_gap"] for e in straight if e.get("proposal")]
     assert gaps and max(gaps) >= 1  # the candidates were scored under newer weights than their traces
 

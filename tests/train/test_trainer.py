@@ -60,6 +60,25 @@ def ledger(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
 
 
+#: The fields of a ledger line that a killed-and-resumed run must reproduce (times and ids may differ).
+COMPARABLE = (
+    "event",
+    "phase",
+    "rollouts",
+    "rollouts_total",
+    "model_version",
+    "harness",
+    "mean",
+    "to",
+    "reason",
+)
+
+
+def comparable(events: list[dict], skip: tuple[str, ...] = ("start",)) -> list[dict]:
+    """``events`` (a ledger) reduced to :data:`COMPARABLE`, without the events named in ``skip``."""
+    return [{k: e[k] for k in COMPARABLE if k in e} for e in events if e["event"] not in skip]
+
+
 def train_cli(config: Path, out: Path, *, resume: bool = False, env: dict | None = None):
     """``whale train CONFIG --out OUT --no-report [--resume]`` in a subprocess, offline."""
     cmd = [sys.executable, "-m", "whale_train.cli", "train", str(config), "--out", str(out), "--no-report"]
@@ -187,20 +206,6 @@ def test_a_run_killed_at_random_points_resumes_to_the_same_ledger_and_archive(tm
     for i, point in enumerate(crashes):
         assert train(out, point, resume=i > 0) == -9, point
     assert train(out, resume=True) == 0
-
-    def comparable(events):
-        keep = (
-            "event",
-            "phase",
-            "rollouts",
-            "rollouts_total",
-            "model_version",
-            "harness",
-            "mean",
-            "to",
-            "reason",
-        )
-        return [{k: e[k] for k in keep if k in e} for e in events if e["event"] != "start"]
 
     assert comparable(ledger(out)) == comparable(ledger(tmp_path / "straight"))
 
