@@ -18,6 +18,8 @@ from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrar
 from whale_train.meta_harness.library.mechanisms import chess as m
 from whale_train.rollout import Trajectory
 
+core.keep_sources(m, ChessH0, ChessChoose)  # the code candidates are rendered from, as imported
+
 SLOTS = {
     "observation": {
         "full": Choice("goal, opponent's last move, board, FEN and the legal moves (h0)"),

@@ -165,7 +165,7 @@ def code_of(function: Callable[..., Any], **replace: str) -> str:
     ``replace`` changes whole words of the source before it is rendered (``INSTRUCTION='"Reply..."'``):
     how a mechanism written once takes a genome's text (a prompt's instruction as a literal, the ``info``
     field of the chosen notation)."""
-    return _replaced(textwrap.dedent(inspect.getsource(function)), replace)
+    return _replaced(_source(function), replace)
 
 
 def body_of(function: Callable[..., Any], **replace: str) -> str:
@@ -181,7 +181,7 @@ def body_of(function: Callable[..., Any], **replace: str) -> str:
                 return text
 
     renders as the two lines of its body, for ``define("parse_action(self, text, info)", ...)``."""
-    source = textwrap.dedent(inspect.getsource(function))
+    source = _source(function)
     node = ast.parse(source).body[0]
     assert isinstance(node, ast.FunctionDef), function
     body = node.body
@@ -190,6 +190,39 @@ def body_of(function: Callable[..., Any], **replace: str) -> str:
     assert body, f"{function.__qualname__} has no body to render"
     lines = source.splitlines(keepends=True)[body[0].lineno - 1 : body[-1].end_lineno]
     return _replaced(textwrap.dedent("".join(lines)), replace)
+
+
+#: The lines of every file mechanisms are rendered from, as they were when its library was imported.
+_SOURCES: dict[str, list[str]] = {}
+
+
+def keep_sources(*owners: Any) -> None:
+    """Read now the files of ``owners`` (modules, or classes of a module) that ``code_of``/``body_of`` render
+    from, and render from these lines for the rest of the process. A library calls it when it is
+    imported: ``inspect.getsource`` reads the file at every call, so a run whose package is edited or
+    updated under it (a ``git pull`` during a long run) would render another function from the new file's
+    lines, or fail."""
+    for owner in owners:
+        path = inspect.getsourcefile(owner)
+        if path not in _SOURCES:
+            with open(path, encoding="utf-8") as f:
+                _SOURCES[path] = f.read().splitlines(keepends=True)
+
+
+def _source(function: Callable[..., Any]) -> str:
+    """``function``'s source, flush left, from the lines ``keep_sources`` kept (a file not kept is kept at
+    its first use); a file that no longer holds the function where its code says stops with one line."""
+    function = inspect.unwrap(function)
+    keep_sources(function)
+    lines = _SOURCES[inspect.getsourcefile(function)]
+    block = inspect.getblock(lines[function.__code__.co_firstlineno - 1 :])
+    head = next((line for line in block if not line.lstrip().startswith("@")), "")
+    if not re.match(rf"\s*(async\s+)?def\s+{re.escape(function.__name__)}\b", head):
+        raise RuntimeError(
+            f"the source of {function.__qualname__} moved in {inspect.getsourcefile(function)} since it was "
+            "imported: restart the process"
+        )
+    return textwrap.dedent("".join(block))
 
 
 def _replaced(source: str, replace: dict[str, str]) -> str:

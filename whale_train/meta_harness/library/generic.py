@@ -33,12 +33,15 @@ from whale_train.meta_harness.library.core import (
     Genome,
     code_of,
     format_retries,
+    keep_sources,
     method,
     py,
     samples,
     temperature,
 )
 from whale_train.meta_harness.library.mechanisms import generic as mechanisms
+
+keep_sources(mechanisms)  # the code candidates are rendered from, as imported
 
 #: The class attributes a genome's constants set, with the base class's defaults.
 TUNED = ("temperature", "max_tokens", "format_retries")

@@ -18,6 +18,8 @@ from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrar
 from whale_train.meta_harness.library.mechanisms import math as m
 from whale_train.rollout import Trajectory
 
+core.keep_sources(m, MathH0, MathCalculator)  # the code candidates are rendered from, as imported
+
 SLOTS = {
     "observation": {
         "full": Choice("the problem, the last Python output and any error (h0)"),

@@ -19,6 +19,10 @@ from whale_train.meta_harness.library.core import Choice, Constant, DomainLibrar
 from whale_train.meta_harness.library.mechanisms import search as m
 from whale_train.rollout import Trajectory
 
+core.keep_sources(
+    m, SearchFollowUp, SearchQuestionQuery
+)  # the code candidates are rendered from, as imported
+
 SLOTS = {
     "query": {
         "model": Choice("the model writes the first query, forwarded as is (h0)"),
