@@ -170,6 +170,44 @@ def test_an_instant_proposer_makes_overlap_spend_what_strict_alternation_spends_
     iterations = [u for u in _units(tmp_path / "overlap") if u["signals"].get("kind") == "iteration"]
     assert iterations and all(u["proposal"]["version_gap"] == 0 for u in iterations)
     assert "t_start" not in _units(tmp_path / "strict")[0]  # strict alternation's ledger is as it was
+    # each arrival names what it was paired with, and a phase's re-score names the incumbent that holds
+    assert all(u["signals"]["paired_with"]["mean"] is not None for u in iterations)
+    harness_units = [u for u in _units(tmp_path / "overlap") if u["phase"] == "harness"]
+    assert all(
+        u["signals"]["incumbent"] == u["harness"] for u in harness_units if u["signals"]["kind"] == "rescore"
+    )
+
+
+def test_the_search_gain_of_an_overlapped_run_pairs_each_arrival_with_the_incumbent_under_its_version():
+    """Strict alternation: the incumbent's score at a harness phase's end minus its rescore at the start (one
+    version). Overlapped: an arrival is scored under newer weights than its phase's rescore, so each accepted
+    arrival counts its own pair; a ledger without the pairs gives no number rather than a wrong one."""
+    from whale_train.compare.table import search_gain
+
+    def unit(kind, incumbent, means, accepted=False, paired=None, phase="harness"):
+        signals = {"kind": kind, "incumbent": incumbent, "accepted": accepted}
+        signals["candidates"] = [{"id": c, "mean": m} for c, m in means.items()]
+        u = {"phase": phase, "signals": signals}
+        if paired is not None:
+            u["proposal"] = {"version_gap": 2}
+            if paired:
+                signals["paired_with"] = paired
+        return u
+
+    weight = {"phase": "weight", "signals": {}}
+    strict = [unit("rescore", "h0", {"h0": 0.4}), unit("iteration", "c1", {"c1": 0.7}, True), weight]
+    assert search_gain(strict) == pytest.approx(0.3)
+    overlapped = [
+        unit("rescore", "h0", {"h0": 0.4}),
+        weight,  # the weights move on while the proposer works; the incumbent is 0.5 under them
+        unit("iteration", "c1", {"c1": 0.7}, True, paired={"id": "h0", "mean": 0.5}),
+        unit("rescore", "c1", {"c1": 0.7}),
+        weight,
+        unit("iteration", "c1", {"c2": 0.9}, False, paired={"id": "c1", "mean": 0.6}),
+    ]
+    assert search_gain(overlapped) == pytest.approx(0.2)
+    overlapped[2] = unit("iteration", "c1", {"c1": 0.7}, True, paired={})
+    assert search_gain(overlapped) is None
 
 
 @pytest.mark.slow

@@ -27,11 +27,23 @@ def search_gain(units: Sequence[dict[str, Any]]) -> float | None:
     score at the phase's end minus its rescore at the phase's start, summed, as a fraction. Both scores are
     under the same weights (no RSFT step runs inside a harness phase) and on the same ``D_harness`` tasks,
     so no weight update enters it. An accepted iteration's incumbent score is the accepted candidate's
-    mean. None when the run has no harness phase that starts with a rescore."""
+    mean. An overlapped run's iteration (``schedule.overlap``: scored under weights newer than its phase's
+    rescore) counts on its own: the accepted mean minus the incumbent it was paired with under the same
+    version (``paired_with``). None when the run has no harness phase that starts with a rescore, or
+    has overlapped iterations recorded without ``paired_with`` (ledgers written before it was recorded)."""
     total, seen = 0.0, False
     start = score = None
     for u in list(units) + [{"phase": None}]:
         signals = u.get("signals") or {}
+        if u["phase"] == "harness" and u.get("proposal") and signals.get("kind") == "iteration":
+            paired = signals.get("paired_with")
+            if not paired or paired.get("mean") is None:
+                return None
+            if signals.get("accepted"):
+                total += next(c["mean"] for c in signals["candidates"] if c["id"] == signals["incumbent"])
+                total -= paired["mean"]
+            seen = True
+            continue
         if u["phase"] == "harness" and signals.get("kind") == "rescore":
             if start is not None:  # a rescore inside a phase: the phase before it ended
                 total += score - start

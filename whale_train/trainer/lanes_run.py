@@ -209,14 +209,19 @@ class RunLanes(RunPart):
             return False
         arrival: Arrival[Proposed] = self.lane.take()
         t_start, version = self._t(), int(getattr(self.llm, "version", 0))
+        search = self._search()  # type: ignore[attr-defined]
+        before = search.incumbent_id
         with self._accelerator:  # pinned: no weight step runs (or pushes) while it is scored
-            result = self._search().score(arrival.reply, version).to_dict()  # type: ignore[attr-defined]
+            result = search.score(arrival.reply, version).to_dict()
         stop_if_interrupted()
         if result.get("rescore_rollouts"):
             self.rescored.add(version)  # charged to this iteration: a later re-scoring of it costs nothing
         rollouts = int(result["rollouts"]) + int(result.get("proposer_rollouts") or 0)
         signals = harness_signals("iteration", result)
         signals.update(traces_version=result["traces_version"], version_gap=result["version_gap"])
+        # what the candidates were paired with: the incumbent before them, re-scored under the same version
+        # (the search's own gain, free of weight updates, is the accepted mean minus this one)
+        signals["paired_with"] = {"id": before, "mean": search._result(before, version).mean}
         request = arrival.request
         requested_t = self.state.pending["requested_t"] if self.state.pending else t_start
         replied_t = self._t(arrival.replied_wall)
@@ -251,6 +256,14 @@ class RunLanes(RunPart):
         stop_if_interrupted()
         if version in self.rescored:  # scored and charged already
             result["rollouts"] = 0
+            if result["incumbent"] != search.incumbent_id:
+                # an arrival scored under this version (the incumbent re-scored with it) and was accepted:
+                # the stored re-scoring names the incumbent it replaced; the phase opens with the one that
+                # holds now, as scored under this version (strict alternation's phase-start re-score)
+                current = dataclasses.asdict(search._result(search.incumbent_id, version))
+                result.update(
+                    incumbent=search.incumbent_id, candidates=[current], reason="scored by the arrival"
+                )
         self.rescored.add(version)
         self.state.side_open, self.state.side_index = True, self.state.phases
         self.state.side_units, self.state.side_improved = 0, []
