@@ -7,7 +7,7 @@
 
 ``benchmarks/results/`` keeps in the tree what the README and docs cite: tables (``compare.md``),
 summaries (``compare.json``, ``results.json``), plots and the accepted harnesses. The raw outputs those
-are rebuilt from, the folders of ``ARCHIVED`` (the decisive grid's record: every finished run's config,
+are rebuilt from, the folders of ``ARCHIVED`` (the decisive and overlap grids' records: every finished run's config,
 ledger, state and evaluation summaries), live in ``benchmarks/results.tar.xz``, and git ignores them
 once unpacked. After ``unpack`` every command the README lists finds them where it always did, e.g.
 ``whale compare configs/compare/decisive.yaml --hours 0`` rebuilds ``compare.md`` byte for byte.
@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 ARCHIVE = HERE / "results.tar.xz"
 #: The folders under ``benchmarks/results`` that live in the archive (and that .gitignore ignores).
-ARCHIVED = ("compare/decisive/runs",)
+ARCHIVED = ("compare/decisive/runs", "compare/overlap/runs")
 PRESET = 9 | lzma.PRESET_EXTREME
 
 
