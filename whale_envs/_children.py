@@ -428,7 +428,16 @@ def isolate_episode():
     finally:
         libc.prctl(4, 0, 0, 0, 0)  # not dumpable again, even when refused (an unisolated run goes on)
     ready_r, ready_w = os.pipe()
-    pid = os.fork()
+    for delay in (0.05, 0.1, 0.2, 0.4, 0.8, None):
+        try:
+            pid = os.fork()
+            break
+        except BlockingIOError:  # EAGAIN: the sandbox's process limit, met while other episodes end
+            if delay is None:
+                os.close(ready_r)
+                os.close(ready_w)
+                raise
+            time.sleep(delay)
     if pid == 0:
         os.close(ready_r)
         try:

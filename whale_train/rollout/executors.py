@@ -277,7 +277,9 @@ class _Worker:
             wall_s=86_400,
             cpu_s=86_400,
             memory_mb=config.worker_memory_mb,
-            max_processes=config.concurrency + 32,  # one process per episode in flight
+            # an episode in flight is two processes while it starts (its forked process and the isolated
+            # one, PID 1 of its namespace); one process per episode had forks refused (EAGAIN) under load
+            max_processes=2 * config.concurrency + 32,
             open_files=4 * config.concurrency + 64,  # the template holds two pipes per episode
             file_mb=16,
             site_packages=False,  # the worker needs the standard library only
