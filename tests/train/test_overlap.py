@@ -266,9 +266,10 @@ def test_a_run_killed_in_the_middle_of_an_overlapped_phase_resumes_to_the_same_l
 @pytest.mark.slow
 def test_overlap_hides_a_proposer_as_slow_as_a_weight_phase(tmp_path, monkeypatch):
     """A proposer that takes as long per iteration as a weight phase takes (its latency, set at each
-    request, is the last weight phase's steps x their median wall time on this machine, in both modes): per
-    full cycle, overlap takes at most 0.6x strict alternation's wall-clock, and its accelerator lane idles
-    under 15% of it, at the same rollout budget."""
+    request, is the last weight phase's steps x their median wall time on this machine, in both modes): at
+    the same rollout budget, overlap's accelerator lane idles under 15% of the run (strictly, over 20%),
+    and the cycle ratio is printed (per cycle at best (W + S) / (2W + S) for a weight phase W and a
+    scoring S; docs/TRAINING.md has the measurements)."""
     from statistics import median
 
     from tests.train.test_trainer import MODEL, ledger, smoke, units
@@ -303,7 +304,9 @@ def test_overlap_hides_a_proposer_as_slow_as_a_weight_phase(tmp_path, monkeypatc
     cycle = median(overlap["cycle_seconds"]) / median(strict["cycle_seconds"])
     print(f"strict {strict}; overlap {overlap}; cycle ratio {cycle:.2f}")
     assert len(strict["cycle_seconds"]) >= 2 and len(overlap["cycle_seconds"]) >= 2
-    assert strict["steady_idle_share"] > 0.3  # strictly, the accelerator waits out every proposer
+    # strictly, the accelerator waits out every proposer: W / (2W + S) of a cycle (0.29 on a quiet machine,
+    # where the scoring S is longer than the weight phase W; 0.36-0.38 under load)
+    assert strict["steady_idle_share"] > 0.2
     # What overlap hides is read from the lanes' own record (the accelerator's idle share), not bounded by
     # a ratio of wall times, which make test's parallel suites move (0.42x to 0.77x measured): the ratio is
     # printed, and it must at least be a gain.
