@@ -440,7 +440,7 @@ class HarnessSearch:
             meta = self.archive.update_meta(cid, **v.to_meta())
             self.log(f"  {cid}: {'valid' if v.ok else v.reason}")
         if meta["status"] != "valid":
-            return self._result(cid, version)
+            return self.result(cid, version)
         return self._scored_result(cid, version, origin)
 
     def _scored_result(self, cid: str, version: int, origin: dict[str, Any]) -> CandidateResult:
@@ -456,16 +456,18 @@ class HarnessSearch:
                 reason = f"scoring failed: {type(exc).__name__}: {exc}"[:2000]
                 self.archive.update_meta(cid, status="invalid", reason=reason)
                 self.log(f"  {cid}: {reason}")
-                return self._result(cid, version)
+                return self.result(cid, version)
             record["model_version"] = version
             self.archive.write_eval(cid, version, record, trajs)
             self.log(
                 f"  {cid} under model v{version}: {100 * record['mean']:.1f}% ± {100 * record['se']:.1f} "
                 f"({record['rollouts']} rollouts, {record['wall_seconds']:.0f} s)"
             )
-        return self._result(cid, version)
+        return self.result(cid, version)
 
-    def _result(self, cid: str, version: int) -> CandidateResult:
+    def result(self, cid: str, version: int) -> CandidateResult:
+        """Candidate ``cid`` as the archive holds it, with its score under ``version`` if it has one (no
+        rollouts: what the trainer's lanes record of a pairing already scored)."""
         meta = self.archive.get(cid).meta
         rec = self.archive.get(cid).eval(version)
         return CandidateResult(

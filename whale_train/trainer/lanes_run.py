@@ -221,7 +221,7 @@ class RunLanes(RunPart):
         signals.update(traces_version=result["traces_version"], version_gap=result["version_gap"])
         # what the candidates were paired with: the incumbent before them, re-scored under the same version
         # (the search's own gain, free of weight updates, is the accepted mean minus this one)
-        signals["paired_with"] = {"id": before, "mean": search._result(before, version).mean}
+        signals["paired_with"] = {"id": before, "mean": search.result(before, version).mean}
         request = arrival.request
         requested_t = self.state.pending["requested_t"] if self.state.pending else t_start
         replied_t = self._t(arrival.replied_wall)
@@ -260,7 +260,7 @@ class RunLanes(RunPart):
                 # an arrival scored under this version (the incumbent re-scored with it) and was accepted:
                 # the stored re-scoring names the incumbent it replaced; the phase opens with the one that
                 # holds now, as scored under this version (strict alternation's phase-start re-score)
-                current = dataclasses.asdict(search._result(search.incumbent_id, version))
+                current = dataclasses.asdict(search.result(search.incumbent_id, version))
                 result.update(
                     incumbent=search.incumbent_id, candidates=[current], reason="scored by the arrival"
                 )
