@@ -451,3 +451,27 @@ def test_every_program_is_a_module_started_the_one_way(tmp_path):
     view = f"ok {os.getuid()} {int(os.path.exists('/etc/passwd'))}"
     assert jail_form.stdout.startswith(view + " episodes"), jail_form.stderr
     assert host_form.stdout == view, host_form.stderr
+
+
+def test_the_bundler_reads_a_programs_modules_once_and_again_when_one_changes(tmp_path, monkeypatch):
+    """Every sandbox start asks which modules a program carries (parsing them was most of a worker's
+    start): they are read once per process, and again when a file read has changed."""
+    import os
+
+    from whale_envs.sandbox import bundle
+
+    pkg = tmp_path / "whale_envs"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("import whale_envs.b\n")
+    (pkg / "b.py").write_text("X = 1\n")
+    (pkg / "c.py").write_text("Y = 2\n")
+    monkeypatch.setattr(bundle, "ROOT", tmp_path)
+    monkeypatch.setattr(bundle, "_FOUND", {})
+    parsed = []
+    real_parse = bundle.ast.parse
+    monkeypatch.setattr(bundle.ast, "parse", lambda *a, **k: parsed.append(a[1]) or real_parse(*a, **k))
+    assert bundle.modules("whale_envs.a") == ["whale_envs.a", "whale_envs.b"]
+    assert bundle.modules("whale_envs.a") == ["whale_envs.a", "whale_envs.b"] and len(parsed) == 2
+    (pkg / "a.py").write_text("import whale_envs.b\nimport whale_envs.c\n")
+    os.utime(pkg / "a.py", ns=(1, 1))  # a changed stamp even on a coarse clock
+    assert bundle.modules("whale_envs.a") == ["whale_envs.a", "whale_envs.b", "whale_envs.c"]

@@ -40,10 +40,36 @@ def module_source(name: str) -> str:
     return module_path(name).read_text(encoding="utf-8")
 
 
+#: (entry, extra) -> (the files read, each with its (mtime, size), and what ``modules`` found in them).
+_FOUND: dict[tuple[str, tuple[str, ...]], tuple[tuple[tuple[str, int, int], ...], list[str]]] = {}
+
+
+def _stamp(names: Iterable[str]) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for name in names:
+        try:
+            st = module_path(name).stat()
+        except OSError:
+            return ()
+        out.append((name, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
 def modules(entry: str, extra: Iterable[str] = ()) -> list[str]:
     """``entry``, the modules ``extra`` and every project module they import, directly or not (``entry``
     first). A program imports them by absolute name; its packages are empty where it runs (their
-    ``__init__`` is not run)."""
+    ``__init__`` is not run). Read once per process, and again when one of the files read changed (a
+    sandbox's every start asks: parsing them was most of a worker's start)."""
+    key = (entry, tuple(extra))
+    cached = _FOUND.get(key)
+    if cached is not None and cached[0] and _stamp(name for name, _, _ in cached[0]) == cached[0]:
+        return list(cached[1])
+    found = _imports(entry, key[1])
+    _FOUND[key] = (_stamp(found), found)
+    return list(found)
+
+
+def _imports(entry: str, extra: tuple[str, ...]) -> list[str]:
     found = [entry, *(name for name in extra if name != entry)]
     for name in found:  # grows while it is read
         for node in ast.walk(ast.parse(module_source(name), str(module_path(name)))):
