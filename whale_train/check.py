@@ -84,6 +84,9 @@ def chance_level(
     return total / (len(task_ids) * samples)
 
 
+#: What ``check_harness(stand_ins=...)`` runs: every stand-in, those that need no weights (they copy
+#: what the model shows of itself), or the real model answering other tasks' prompts.
+STAND_IN_PARTS = ("all", "weight-free", "real-model")
 #: The probability that an honest harness is wrongly rejected as a solver, in all: each stand-in's test
 #: runs at ``SOLVER_ALPHA / number of stand-ins``.
 SOLVER_ALPHA = 0.01
@@ -166,6 +169,7 @@ def check_harness(
     progress: Any = None,
     max_llm_calls: int = 64,
     max_tokens: int = 512,
+    stand_ins: str = "all",
 ) -> HarnessReport:
     """Run ``harness`` on ``n_tasks`` tasks (one episode each) with every stand-in LLM; report every
     problem found.
@@ -176,7 +180,15 @@ def check_harness(
     scored on; half the check's tasks come from them. ``progress(done, total, mode)`` is called after
     every episode. Never raises for what the harness does: problems are in the report
     (``report.ok``, ``report.raise_for_problems()``), a model call that fails included.
+
+    ``stand_ins``: ``"all"``, or one of the check's two parts (see ``STAND_IN_PARTS``): ``"weight-free"``
+    (the stand-ins that copy only what ``llm`` shows of itself: they run while the weights train, with a
+    detached ``null_llms.Likeness``) and ``"real-model"`` (the real model on another task's prompt: under
+    the weights being scored). Each part tests at the level of the whole check (``SOLVER_ALPHA`` over all
+    four stand-ins), so the two parts together report what ``"all"`` reports.
     """
+    if stand_ins not in STAND_IN_PARTS:
+        raise ValueError(f"stand_ins must be one of {', '.join(STAND_IN_PARTS)}, got {stand_ins!r}")
     import whale_envs  # noqa: F401  (registers the envs)
     from whale_train.evaluation import TaskSet, evaluate
     from whale_train.null_llms import LogLikelihoodNull, OtherTaskReal, PlausibleWrong, derangement_swaps
@@ -201,14 +213,17 @@ def check_harness(
     groups.insert(0, ("train", sorted(rng.sample(train.task_ids, min(n_train, len(train.task_ids))))))
     groups = [(split, ids) for split, ids in groups if ids]
     if llm is not None:
-        texts = [t for split, ids in groups for t in task_texts(env_id, split, ids, base_kwargs, seed)]
         models: list[Any] = [
             LogLikelihoodNull("empty", seed, like=llm),
             LogLikelihoodNull("random", seed, like=llm),
             PlausibleWrong(seed, like=llm),
-            OtherTaskReal(llm, derangement_swaps(texts, seed), seed),
         ]
         labels = ["empty", "random", "plausible", "other-task"]
+        if stand_ins != "weight-free":
+            texts = [t for split, ids in groups for t in task_texts(env_id, split, ids, base_kwargs, seed)]
+            models.append(OtherTaskReal(llm, derangement_swaps(texts, seed), seed))
+        else:
+            models.append(None)  # the real model's part, run apart (it counts in the test's level)
     else:
         models = [
             m(chat)
@@ -221,7 +236,6 @@ def check_harness(
         ]
         labels = [f"{m.name.removeprefix('null-')}{' (chat)' if m.has_chat_template else ''}" for m in models]
     tasks_total = sum(len(ids) for _, ids in groups)
-    total, done = tasks_total * len(models), 0
     chance_sum = 0.0
     for split, ids in groups:
         c = chance_level(env_id, ids, {**base_kwargs, "split": split}, seed)
@@ -229,6 +243,14 @@ def check_harness(
     report.chance = chance_sum / max(1, tasks_total)
     q = max(report.chance, CHANCE_FLOOR)
     alpha = SOLVER_ALPHA / len(models)
+    keep = [
+        (m, mode)
+        for m, mode in zip(models, labels, strict=True)
+        if m is not None
+        and (stand_ins == "all" or (stand_ins == "real-model") == isinstance(m, OtherTaskReal))
+    ]
+    models, labels = [m for m, _ in keep], [mode for _, mode in keep]
+    total, done = tasks_total * len(models), 0
     limits = EpisodeLimits(
         max_llm_calls=max_llm_calls, max_tokens=max_tokens, harness_seconds=harness_seconds
     )

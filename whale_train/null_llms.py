@@ -27,11 +27,15 @@ The stand-ins:
   harness (a self-consistency vote) is not mistaken for a solver. The same prompt always gets the same
   substitute, so the real model's determinism is kept too.
 
+``Likeness(llm)`` is what the stand-ins copy, detached from the model (its own copy of the tokenizer):
+the weight-free stand-ins run with it on the proposer's lane while the model trains on another thread.
+
 Nothing here raises for what a harness sends, except what the real model would raise for it.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import random
@@ -40,7 +44,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from whale_train.llm.base import Completion, Prompt, Request, cut_at_stop
+from whale_train.llm.base import Completion, Prompt, Request, TokenizerPrompts, cut_at_stop
 
 _ALPHABET = "abcdefgh12345678 <>/:\\{}+-=xyz"
 _WORDS = ("Paris", "1947", "John Smith", "the river", "blue", "Germany", "42", "no", "Mary", "seven")
@@ -64,6 +68,34 @@ def _unit(*parts: object) -> float:
 def _model_name(llm: Any) -> str:
     # the model's folder name, not its path: the name lands in check_harness's messages and the ledgers
     return os.path.basename(str(getattr(llm, "name", "model")).rstrip("/")) or "model"
+
+
+class Likeness(TokenizerPrompts):
+    """What a harness can see of ``llm`` and the stand-ins copy (``like=``): its name, its chat flag and
+    rendering, its tokenizer, with no weights and no shared state: the tokenizer is a deep copy, since
+    one is not safe to use from two threads (the trainer's, the proposer lane's) at once. A model that
+    prompts through its tokenizer (``TokenizerPrompts``: the transformers and vLLM backends) renders
+    through the copy; any other keeps its own ``render``."""
+
+    version = 0
+
+    def __init__(self, llm: Any):
+        self.name = str(getattr(llm, "name", "model"))
+        self._flag = bool(llm.has_chat_template)
+        self._own_render = None if isinstance(llm, TokenizerPrompts) else getattr(llm, "render", None)
+        self.tokenizer = copy.deepcopy(getattr(llm, "tokenizer", None))
+        self.chat_template_kwargs = dict(getattr(llm, "chat_template_kwargs", None) or {})
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self._flag
+
+    def render(self, prompt: Prompt) -> str:
+        if self._own_render is not None:
+            return self._own_render(prompt)
+        if self.tokenizer is None:
+            return _render(prompt)
+        return super().render(prompt)
 
 
 class _Mimic:

@@ -289,3 +289,56 @@ def test_an_honest_vote_on_an_order_insensitive_task_is_not_rejected():
     report = check_harness(ref, ENV, env_kwargs=KWARGS, n_tasks=64, llm=real)
     assert report.ok, str(report)
     assert report.null_scores["other-task"] < 0.2, str(report)
+
+
+def test_the_checks_two_parts_report_what_the_whole_check_reports():
+    """The search runs the weight-free stand-ins when a candidate is proposed (with overlap, while the
+    weights train) and the real model's part when it is scored: joined, they are the whole check, at the
+    whole check's level (a solver that only the real model's part catches is caught there)."""
+    from whale_train.meta_harness.evaluate import Validation, joined
+
+    real = ScriptedLLM(lambda text: "I think: " + text.split()[-1])
+    tell = (
+        "a = llm.complete(obs, temperature=0)\n"
+        "b = llm.complete_many([obs, obs], temperature=0)\n"
+        "real = a.startswith('I think:') and [a, a] == b"
+    )
+    ref = harness_from_source(gated_solver(tell))
+    parts = {
+        part: check_harness(ref, ENV, env_kwargs=KWARGS, n_tasks=16, llm=real, stand_ins=part)
+        for part in ("all", "weight-free", "real-model")
+    }
+    whole, free, model = parts["all"], parts["weight-free"], parts["real-model"]
+    assert list(free.null_scores) == ["empty", "random", "plausible"] and free.ok, str(free)
+    assert list(model.null_scores) == ["other-task"] and solvers(model) == solvers(whole), str(model)
+    assert free.episodes + model.episodes == whole.episodes and free.chance == model.chance == whole.chance
+    as_validation = [
+        Validation(
+            r.ok, None, {"chance": r.chance, "null_scores": r.null_scores, "problems": r.problems}, r.episodes
+        )
+        for r in (free, model)
+    ]
+    both = joined(*as_validation)
+    assert not both.ok and both.check["null_scores"] == whole.null_scores
+    assert both.check["problems"] == whole.problems and both.check_episodes == whole.episodes
+    with pytest.raises(ValueError, match="stand_ins must be one of"):
+        check_harness(ref, ENV, env_kwargs=KWARGS, n_tasks=2, stand_ins="some")
+
+
+def test_a_likeness_shows_what_the_model_shows_and_shares_no_tokenizer_with_it():
+    from whale_train.llm import SHIPPED_MODEL
+    from whale_train.llm.hf import TransformersLLM
+    from whale_train.null_llms import Likeness
+
+    llm = TransformersLLM(str(SHIPPED_MODEL))
+    like = Likeness(llm)
+    chat = [{"role": "user", "content": "What is 3 + 5?"}]
+    assert like.has_chat_template is llm.has_chat_template is True
+    assert like.render(chat) == llm.render(chat) and like.name == llm.name
+    assert like.tokenizer is not llm.tokenizer and like.encode("3 + 5 = 8") == llm.encode("3 + 5 = 8")
+    stand_in = PlausibleWrong(like=like)
+    assert stand_in.tokens("What is 3 + 5?") == PlausibleWrong(like=llm).tokens("What is 3 + 5?")
+    scripted = ScriptedLLM(lambda t: "", chat=False)
+    detached = Likeness(scripted)  # no render, no tokenizer of its own: the stand-ins' rendering
+    assert PlausibleWrong(like=detached).render(chat) == PlausibleWrong(like=scripted).render(chat)
+    assert detached.tokenizer is None and detached.has_chat_template is False

@@ -317,7 +317,9 @@ def test_overlap_hides_a_proposer_as_slow_as_a_weight_phase(tmp_path, monkeypatc
 def test_a_proposal_from_older_traces_is_scored_with_the_incumbent_rescored_on_the_newer_version(tmp_path):
     """propose at model v0, the weights move on, score at v1: the incumbent is re-scored under v1 (charged
     to the iteration) on the same tasks, the acceptance compares the two there, and both the candidate and
-    the iteration record the gap; asked again once scored, propose replays the record."""
+    the iteration record the gap; asked again once scored, propose replays the record. The candidate's
+    check is run in its two parts: the weight-free stand-ins by the proposer (they need no weights), the
+    real model's part at scoring, under the scored version."""
     from tests.train.test_meta_harness import FAST, MATH, tool_shy_math_model
     from whale_train.meta_harness import HarnessSearch, MetaHarnessConfig
 
@@ -325,8 +327,17 @@ def test_a_proposal_from_older_traces_is_scored_with_the_incumbent_rescored_on_t
     search = HarnessSearch(MetaHarnessConfig(**FAST, candidates=1), tmp_path / "archive", llm, MATH)
     search.rescore(0)
     proposed = search.propose(0)
+    meta = search.archive.get("i001-c0").meta
+    assert meta["status"] == "proposed" and list(meta["precheck"]["check"]["null_scores"]) == [
+        "empty",
+        "random",
+        "plausible",
+    ]
     llm.version = 1  # a weight step while the proposer worked
     report = search.score(proposed, 1)
+    meta = search.archive.get("i001-c0").meta
+    assert meta["status"] == "valid" and "other-task" in meta["check"]["null_scores"]
+    assert meta["check_episodes"] > meta["precheck"]["check_episodes"] > 0
     assert (report.traces_version, report.model_version, report.version_gap) == (0, 1, 1)
     rescore = search.archive.record("rescore", 1)
     assert rescore["triggered_by"] == 1 and report.rescore_rollouts == rescore["rollouts"] > 0

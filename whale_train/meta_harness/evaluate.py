@@ -1,8 +1,10 @@
 """Checking and scoring candidates, and the trace statistics proposers read.
 
 ``validate`` runs the gates a candidate must pass before any model rollout is spent on it: the AST
-rules (``harnesses.validate``), the prompt-only rule when asked, and ``check_harness`` with null models
-on a few ``train`` tasks (those episodes use no model and are reported apart, never charged).
+rules (``harnesses.validate``), the prompt-only rule when asked, and ``check_harness`` with stand-in
+models on a few tasks (those episodes are reported apart, never charged); its two parts (the
+weight-free stand-ins, the real model on other tasks' prompts) run apart and ``joined`` makes them
+one verdict.
 ``score`` rolls a candidate out on the search's ``harness``-split tasks and returns the eval record
 stored in the archive.
 """
@@ -50,12 +52,15 @@ def validate(
     llm: Any = None,
     score_tasks: list[str] | None = None,
     scored_sources: list[dict[str, Any]] | None = None,
+    stand_ins: str = "all",
 ) -> Validation:
     """AST rules, then (prompt-only mode) the comparison with the seed, then ``check_harness`` (with
     the search's model: the stand-ins copy it and it answers other tasks' prompts; half the tasks
     from ``score_tasks``, the ``harness``-split tasks the candidate will be scored on). Never raises
     for what the candidate does; only a refused unisolated run (``IsolationUnavailable``) stops the
-    search."""
+    search. ``stand_ins`` runs one part of the check (``check_harness``): the search runs the
+    weight-free part when a candidate is proposed and the real model's part when it is scored, and
+    ``joined`` makes the two one verdict."""
     try:
         ref = harness_from_source(source, name)
     except HarnessValidationError as exc:
@@ -64,53 +69,62 @@ def validate(
         why = prompt_only_violation(seed_source, source)
         if why:
             return Validation(False, f"prompt-only: {why}")
-    kwargs = {k: v for k, v in env_kwargs.items() if k != "split"}
-    try:
-        report = check_harness(
+
+    def check(options: dict[str, Any], n_tasks: int, tasks: list[str] | None) -> Any:
+        return check_harness(
             ref,
             env_id,
-            env_kwargs=kwargs,
-            n_tasks=config.check_tasks,
+            env_kwargs={k: v for k, v in options.items() if k != "split"},
+            n_tasks=n_tasks,
             seed=config.seed,
             harness_seconds=min(10.0, config.harness_seconds),
             llm=llm,
-            score_tasks=score_tasks,
+            score_tasks=tasks,
             max_llm_calls=config.max_llm_calls,
             max_tokens=config.max_tokens,
+            stand_ins=stand_ins,
         )
+
+    try:
+        report = check(env_kwargs, config.check_tasks, score_tasks)
     except IsolationUnavailable:
         raise
     except Exception as exc:  # noqa: BLE001 - one candidate never ends the search
         return Validation(False, f"check_harness: the check failed: {type(exc).__name__}: {exc}"[:2000])
-    check = {"chance": report.chance, "null_scores": report.null_scores, "problems": report.problems}
+    check_record = {"chance": report.chance, "null_scores": report.null_scores, "problems": report.problems}
     if not report.ok:
-        return Validation(False, "check_harness: " + "; ".join(report.problems), check, report.episodes)
+        why = "check_harness: " + "; ".join(report.problems)
+        return Validation(False, why, check_record, report.episodes)
     episodes = report.episodes
     for extra in scored_sources or []:
         # The run's separate test sets (eval.tasks) can be told apart by their content, so the stand-ins
         # run there too. Nothing of these checks but the verdict reaches the archive (no traces, no
         # problem text: they would describe scored tasks to the proposer).
         try:
-            other = check_harness(
-                ref,
-                env_id,
-                env_kwargs={k: v for k, v in extra.items() if k != "split"},
-                n_tasks=max(8, config.check_tasks // len(scored_sources)),  # 8: the solver test needs them
-                seed=config.seed,
-                harness_seconds=min(10.0, config.harness_seconds),
-                llm=llm,
-                max_llm_calls=config.max_llm_calls,
-                max_tokens=config.max_tokens,
-            )
+            n_tasks = max(8, config.check_tasks // len(scored_sources))  # 8: the solver test needs them
+            other = check(extra, n_tasks, None)
         except IsolationUnavailable:
             raise
         except Exception:  # noqa: BLE001 - one candidate never ends the search
-            return Validation(False, "check_harness on the scored sources: the check failed", check, episodes)
+            why = "check_harness on the scored sources: the check failed"
+            return Validation(False, why, check_record, episodes)
         episodes += other.episodes
         if not other.ok:
             why = "check_harness on the scored sources: failed (details are kept out of the archive)"
-            return Validation(False, why, check, episodes)
-    return Validation(True, None, check, episodes)
+            return Validation(False, why, check_record, episodes)
+    return Validation(True, None, check_record, episodes)
+
+
+def joined(first: Validation, second: Validation) -> Validation:
+    """One verdict from a check run in two parts: ``first`` (the weight-free stand-ins), which passed,
+    then ``second`` (the real model's part): its verdict, with both parts' scores, problems and
+    episodes."""
+    check = {
+        "chance": first.check.get("chance", second.check.get("chance")),
+        "null_scores": {**first.check.get("null_scores", {}), **second.check.get("null_scores", {})},
+        "problems": [*first.check.get("problems", []), *second.check.get("problems", [])],
+    }
+    return Validation(second.ok, second.reason, check, first.check_episodes + second.check_episodes)
 
 
 def rollout_config(config: MetaHarnessConfig) -> RolloutConfig:

@@ -1,7 +1,8 @@
 """``HarnessSearch``: the harness phase of WHALE (Meta-Harness search over an on-disk archive).
 
 One **iteration**: the proposer writes M candidates -> each is validated (AST rules, the prompt-only
-rule when asked, ``check_harness`` with null models) -> each valid one is scored on the search's
+rule when asked, ``check_harness``: its weight-free stand-ins when proposed, the real model's part when
+scored) -> each valid one is scored on the search's
 ``harness``-split tasks under the current model version -> the frontier is updated -> a candidate
 replaces the incumbent only if the acceptance rule says it beats it on the same tasks by more than
 noise. A **rescore** scores the incumbent (and the frontier) under a new model version; it may also
@@ -9,7 +10,7 @@ hand the incumbent's place to a frontier member that now beats it.
 
 An iteration has two parts that can run apart (``whale train`` with ``schedule.overlap``): ``propose``
 (the proposer's work: it reads the archive and the traces of one model version and writes candidates; no
-model rollouts of its own but the agent's tries) and ``score`` (the rollouts: the candidates, and the
+model rollouts of its own but the agent's tries; the weight-free part of each candidate's check) and ``score`` (the rollouts: the candidates, and the
 incumbent re-scored when the model version is new, all under one pinned version on the same tasks, then
 the acceptance rule). ``iterate`` is the one followed by the other at one version. Each candidate records
 the version its proposer's traces came from (``traces_version``) and each iteration the version it was
@@ -50,6 +51,7 @@ from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.meta_harness.library import SeedLibrary, library_for
 from whale_train.meta_harness.proposer import Proposal, ProposalContext, Proposer, ProposerError
 from whale_train.meta_harness.reports import CandidateResult, IterationReport, Proposed
+from whale_train.null_llms import Likeness
 
 logger = logging.getLogger("whale.meta_harness")
 
@@ -91,6 +93,9 @@ class HarnessSearch:
         config.validate()
         self.config = config
         self.llm = llm
+        # what the weight-free part of a candidate's check copies of the model, taken here (the trainer's
+        # thread) since it runs on the proposer's lane while the model trains
+        self.likeness = Likeness(llm) if llm is not None else None
         self.env_id = env_id
         self.env_kwargs = {k: v for k, v in (env_kwargs or {}).items() if k != "split"}
         self.scored_sources = list(scored_sources or [])
@@ -388,6 +393,9 @@ class HarnessSearch:
             self.log(f"iteration {iteration}: the proposer failed: {exc}")
         for slot, proposal in zip(missing, proposals, strict=False):
             self._add(iteration, slot, proposal, version)
+        for slot in range(self.config.candidates):
+            if candidate_id(iteration, slot) in self.archive:
+                self._prechecked(candidate_id(iteration, slot))
         return self._usage_of(iteration), error
 
     def _add(self, iteration: int, slot: int, p: Proposal, traces_version: int) -> None:
@@ -421,22 +429,42 @@ class HarnessSearch:
                         total[k] = total.get(k, 0) + v
         return total
 
+    def _prechecked(self, cid: str) -> dict[str, Any]:
+        """The weight-free part of a proposed candidate's check (AST rules, prompt-only rule, the
+        stand-ins that copy only what the model shows of itself), run once, by the proposer: it needs no
+        weights, so with overlap it runs on the proposer's lane while the model trains. A failure makes
+        the candidate invalid now; a pass is kept in its meta (``precheck``) for the real model's part,
+        run when it is scored. Returns the candidate's meta."""
+        meta = self.archive.get(cid).meta
+        if meta["status"] != "proposed" or "precheck" in meta:
+            return meta
+        v = self._validation(cid, self.likeness, "weight-free")
+        if not v.ok:
+            self.log(f"  {cid}: {v.reason}")
+            return self.archive.update_meta(cid, **v.to_meta())
+        return self.archive.update_meta(cid, precheck={"check": v.check, "check_episodes": v.check_episodes})
+
+    def _validation(self, cid: str, llm: Any, stand_ins: str) -> evaluate.Validation:
+        seed_source = self.archive.get(self.seed_id).source if self.config.prompt_only else None
+        return evaluate.validate(
+            self.archive.get(cid).source,
+            cid,
+            self.env_id,
+            self.env_kwargs,
+            self.config,
+            seed_source,
+            llm=llm,
+            score_tasks=self.task_ids,
+            scored_sources=self.scored_sources,
+            stand_ins=stand_ins,
+        )
+
     def _validated_scored(self, cid: str, version: int, origin: dict[str, Any]) -> CandidateResult:
-        cand = self.archive.get(cid)
-        meta = cand.meta
-        if meta["status"] == "proposed":
-            seed_source = self.archive.get(self.seed_id).source if self.config.prompt_only else None
-            v = evaluate.validate(
-                cand.source,
-                cid,
-                self.env_id,
-                self.env_kwargs,
-                self.config,
-                seed_source,
-                llm=self.llm,
-                score_tasks=self.task_ids,
-                scored_sources=self.scored_sources,
-            )
+        meta = self._prechecked(cid)  # run here if the proposer's part did not (a run resumed in between)
+        if meta["status"] == "proposed":  # the real model's part, under the weights it is scored with
+            pre = meta["precheck"]
+            first = evaluate.Validation(True, None, pre["check"], pre["check_episodes"])
+            v = evaluate.joined(first, self._validation(cid, self.llm, "real-model"))
             meta = self.archive.update_meta(cid, **v.to_meta())
             self.log(f"  {cid}: {'valid' if v.ok else v.reason}")
         if meta["status"] != "valid":
