@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.crash import crash_env
 from tests.procs import running, running_children
+from tests.train.conftest import SMOKE_KILLED
 from whale_train.compare import (
     CompareConfig,
     build_table,
@@ -31,7 +31,6 @@ from whale_train.compare import (
     run_state,
     step_curve,
     t_quantile,
-    train_one,
     unit_cost,
     write_table,
 )
@@ -753,42 +752,19 @@ def _ledgers(out: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_smoke_grid_matched_budgets_resume_and_no_new_work(tmp_path):
-    cfg = CompareConfig.load(SMOKE)
-    out = tmp_path / "smoke"
-    killed = "math-whale-s0"
-
-    def train(config_path: Path, run_dir: Path) -> int:  # SIGKILL one run in the middle of its third unit
-        extra = crash_env("unit_done@2") if run_dir.name == killed else {}
-        return train_one(config_path, run_dir, extra)
-
-    first = run_grid(cfg, out, jobs=2, log=lambda _line: None, train=train)
+@pytest.mark.xdist_group("smoke-grid")  # the worker that builds `smoke_grid` (tests/train/conftest.py)
+def test_smoke_grid_matched_budgets_resume_and_no_new_work(tmp_path, smoke_grid):
+    # the grid run once with one run SIGKILLed in the middle of its third unit, then `whale compare` again
+    out, killed, first = smoke_grid.out, SMOKE_KILLED, smoke_grid.first
     assert first["invocation"]["failed"] == [killed]
-    runs = plan(cfg)
-    spec = next(r for r in runs if r.id == killed)
-    assert run_state(out / "runs" / killed, spec.config) == "partial"
+    assert smoke_grid.killed_state == "partial"
     assert not first["runs"][killed]["finished"]
+    compare = smoke_grid.compare
 
-    def compare(*extra: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        cmd = [
-            sys.executable,
-            "-m",
-            "whale_train.cli",
-            "compare",
-            str(SMOKE),
-            "--out",
-            str(out),
-            "--jobs",
-            "2",
-            *extra,
-        ]
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
-
-    second = compare()
+    second = smoke_grid.second
     assert second.returncode == 0, second.stdout + second.stderr
     assert "0 to start" in second.stdout and "1 to continue" in second.stdout
-    table = json.loads((out / "compare.json").read_text())
+    table = smoke_grid.table
     assert table["invocation"]["ran"] == [killed] and not table["invocation"]["failed"]
     events = [json.loads(line) for line in (out / "runs" / killed / "ledger.jsonl").read_text().splitlines()]
     units = [e for e in events if e["event"] == "unit"]
@@ -822,20 +798,18 @@ def test_smoke_grid_matched_budgets_resume_and_no_new_work(tmp_path):
     for png in ("accuracy_math.png", "ablation.png"):
         assert (out / "plots" / png).stat().st_size > 1000
 
-    # a third invocation does no new work
+    # a third invocation does no new work; given the second's table as --reference, it reproduces every
+    # cell exactly (one invocation asserts both: each was a whale compare process of its own)
     before = _ledgers(out)
-    third = compare()
-    assert third.returncode == 0, third.stdout + third.stderr
-    assert "11 finished, 0 to continue, 0 to start" in third.stdout
-    assert json.loads((out / "compare.json").read_text())["invocation"]["ran"] == []
-    assert _ledgers(out) == before and len(before) == 11
-
-    # --reference: the same grid against its own table reproduces every cell exactly; against a table
-    # whose whale cell is moved past its error bar, it says which cell and exits 2
     reference = tmp_path / "reference.json"
     reference.write_text((out / "compare.json").read_text())
     same = compare("--reference", str(reference))
     assert same.returncode == 0, same.stdout + same.stderr
+    assert "11 finished, 0 to continue, 0 to start" in same.stdout
+    assert json.loads((out / "compare.json").read_text())["invocation"]["ran"] == []
+    assert _ledgers(out) == before and len(before) == 11
+    # --reference: the same grid against its own table reproduces every cell exactly; against a table
+    # whose whale cell is moved past its error bar, it says which cell and exits 2
     assert "reproduction: 7 of 7 cells within the reference's error bars" in same.stdout
     rep = json.loads((out / "compare.json").read_text())["reproduction"]
     assert all(c["diff"] == 0 and c["identical_seeds"] == len(c["per_seed"]) for c in rep["cells"])

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from whale_train.compare import CompareConfig, plan, run_grid, train_one
+from tests.train.conftest import SMOKE_KILLED
+from whale_train.compare import CompareConfig, plan, run_grid
 from whale_train.placement import DevicePool, RayPlacement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,10 +128,20 @@ def _sub_grid() -> CompareConfig:
 
 
 @pytest.mark.slow
-def test_ray_grid_matches_the_local_grid_after_a_killed_worker(tmp_path):
+@pytest.mark.xdist_group("smoke-grid")  # the worker that builds `smoke_grid` (tests/train/conftest.py)
+def test_ray_grid_matches_the_local_grid_after_a_killed_worker(tmp_path, smoke_grid):
     cfg = _sub_grid()
-    local = run_grid(cfg, tmp_path / "local", jobs=2, log=lambda _l: None, train=train_one)
-    assert not local["invocation"]["failed"]
+    # the local grid: these runs of the smoke grid (run locally, 2 jobs, by train_one; the smoke grid's
+    # killed run is another one, so these ran straight), not run a second time here
+    names = sorted({r.config.name for r in plan(cfg)})
+    assert names == ["math-weight-only-s0", "math-whale-s0"] and SMOKE_KILLED not in names
+    assert not set(names) & set(smoke_grid.first["invocation"]["failed"])
+    local_results = {n: events for n, events in _results(smoke_grid.out).items() if n in names}
+    local_best = {
+        m: [c["best"][c["seeds"].index(s)] for s in cfg.seeds]
+        for m, c in smoke_grid.table["domains"]["math"]["methods"].items()
+        if m in cfg.methods
+    }
 
     out = tmp_path / "ray"
     victim = out / "runs" / "math-whale-s0"
@@ -169,9 +180,9 @@ def test_ray_grid_matches_the_local_grid_after_a_killed_worker(tmp_path):
     assert sum(e["event"] == "start" for e in events) == 1 and events[-1]["event"] == "stop"
     units = [e["unit"] for e in events if e["event"] == "unit"]
     assert units == list(range(len(units))) and len(units) > 2
-    assert _results(out) == _results(tmp_path / "local") and len(_results(out)) == 2
+    assert _results(out) == local_results and len(_results(out)) == 2
     same = {m: c["best"] for m, c in table["domains"]["math"]["methods"].items()}
-    assert same == {m: c["best"] for m, c in local["domains"]["math"]["methods"].items()}
+    assert same == local_best
 
 
 def test_the_gpu_grid_resolves_to_one_gpu_runs():

@@ -1,0 +1,68 @@
+"""Shared fixtures of the training suites: the smoke grid of ``whale compare``, run once per session (on
+pytest-xdist, once per worker: the tests that read it carry ``xdist_group("smoke-grid")`` so that one
+worker runs them all and builds it once)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.crash import crash_env
+from whale_train.compare import CompareConfig, plan, run_grid, run_state, train_one
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "configs" / "compare" / "smoke.yaml"
+#: The smoke grid's run that is SIGKILLed in the middle of its third unit. Seed 1: the seed-0 whale and
+#: weight-only runs stay straight runs, the local grid that tests/train/test_scale_compare.py compares
+#: its Ray grid with.
+SMOKE_KILLED = "math-whale-s1"
+
+
+@dataclass
+class SmokeGrid:
+    """The smoke grid after two invocations: ``run_grid`` with :data:`SMOKE_KILLED` SIGKILLed (``first``,
+    its table; ``killed_state``, that run's state right after it), then ``whale compare`` in a new process
+    (``second``, its result; ``table``, the compare.json it wrote)."""
+
+    out: Path
+    first: dict[str, Any]
+    killed_state: str
+    second: subprocess.CompletedProcess
+    table: dict[str, Any]
+
+    def compare(self, *extra: str) -> subprocess.CompletedProcess:
+        """``whale compare configs/compare/smoke.yaml --out OUT --jobs 2 EXTRA...`` in a subprocess."""
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        cmd = [sys.executable, "-m", "whale_train.cli", "compare", str(SMOKE), "--out", str(self.out)]
+        return subprocess.run(
+            [*cmd, "--jobs", "2", *extra], env=env, capture_output=True, text=True, cwd=ROOT
+        )
+
+
+@pytest.fixture(scope="session")
+def smoke_grid(tmp_path_factory) -> SmokeGrid:
+    """The smoke grid (11 runs), run once: the most expensive grid of the suite, read by the smoke grid's
+    test (which goes on invoking ``whale compare`` on it: no new work, its ledgers unchanged) and by the
+    Ray grid's test (which reads two straight runs' ledgers and ``table``)."""
+    cfg = CompareConfig.load(SMOKE)
+    out = tmp_path_factory.mktemp("smoke-grid") / "smoke"
+
+    def train(config_path: Path, run_dir: Path) -> int:  # SIGKILL one run in the middle of its third unit
+        extra = crash_env("unit_done@2") if run_dir.name == SMOKE_KILLED else {}
+        return train_one(config_path, run_dir, extra)
+
+    first = run_grid(cfg, out, jobs=2, log=lambda _line: None, train=train)
+    spec = next(r for r in plan(cfg) if r.id == SMOKE_KILLED)
+    killed_state = run_state(out / "runs" / SMOKE_KILLED, spec.config)
+    grid = SmokeGrid(out, first, killed_state, subprocess.CompletedProcess([], 0), {})
+    grid.second = grid.compare()
+    if (out / "compare.json").exists():
+        grid.table = json.loads((out / "compare.json").read_text())
+    return grid
