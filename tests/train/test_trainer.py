@@ -137,9 +137,25 @@ def test_a_backend_that_takes_pushed_weights_trains_a_copy_and_gets_its_weights(
     assert fresh.version == llm.version
 
 
-def test_whale_phase_order_and_rescore_first(tmp_path):
-    Run(smoke(MODEL, method="whale", budget_rollouts=80), tmp_path, log=lambda *_: None).run()
-    us = units(ledger(tmp_path))
+def _whale_80(path: Path) -> Path:
+    """``path``: the config of method whale on SMOKE at a budget of 80 rollouts (8 units)."""
+    path.write_text(yaml.safe_dump({"model": MODEL, "method": "whale", **SMOKE, "budget_rollouts": 80}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def straight_whale_run(tmp_path_factory) -> Path:
+    """``whale train`` of :func:`_whale_80`, run straight (no kill) once: the phase-order test reads its
+    ledger and the random-kill test compares its killed run with it (the root conftest puts the tests of a
+    module-scoped fixture on one pytest-xdist worker). Read only."""
+    tmp = tmp_path_factory.mktemp("straight-whale")
+    result = train_cli(_whale_80(tmp / "smoke.yaml"), tmp / "straight")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return tmp / "straight"
+
+
+def test_whale_phase_order_and_rescore_first(straight_whale_run):
+    us = units(ledger(straight_whale_run))
     order = "".join(u["phase"][0] for u in us)
     # E = 0.2 epoch of the train split (14 steps of 4 tasks) = 3 RSFT steps, then I = 2 harness iterations
     # (the re-scoring of the incoming harness counts as the first)
@@ -182,14 +198,13 @@ def test_runs_sharing_an_eval_cache_score_each_weights_and_harness_once(tmp_path
 
 
 @pytest.mark.slow
-def test_a_run_killed_at_random_points_resumes_to_the_same_ledger_and_archive(tmp_path):
-    config = tmp_path / "smoke.yaml"
-    config.write_text(yaml.safe_dump({"model": MODEL, "method": "whale", **SMOKE, "budget_rollouts": 80}))
+def test_a_run_killed_at_random_points_resumes_to_the_same_ledger_and_archive(tmp_path, straight_whale_run):
+    config = _whale_80(tmp_path / "smoke.yaml")
 
     def train(out: Path, crash: str | None = None, resume: bool = False) -> int:
         return train_cli(config, out, resume=resume, env=crash_env(crash) if crash else {}).returncode
 
-    assert train(tmp_path / "straight") == 0
+    straight = straight_whale_run  # the same config, run without a kill (exit 0)
     # Kill points across both phases (units 0-2 weight, 3-4 harness, 5-7 weight): at a unit's start, after
     # its work but before the ledger line, and between the checkpoint and state.json (``before_state@n``
     # fires once n units are done). Each point lies after where the previous resume restarts.
@@ -207,12 +222,12 @@ def test_a_run_killed_at_random_points_resumes_to_the_same_ledger_and_archive(tm
         assert train(out, point, resume=i > 0) == -9, point
     assert train(out, resume=True) == 0
 
-    assert comparable(ledger(out)) == comparable(ledger(tmp_path / "straight"))
+    assert comparable(ledger(out)) == comparable(ledger(straight))
 
     def archive(run: Path):
         return {p.parent.name: p.read_text() for p in sorted((run / "archive").glob("*/harness.py"))}
 
-    assert archive(out) == archive(tmp_path / "straight") and archive(out)
+    assert archive(out) == archive(straight) and archive(out)
 
 
 def test_a_run_folder_of_an_older_trainer_resumes_elsewhere_with_todays_code(tmp_path, monkeypatch):
