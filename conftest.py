@@ -111,3 +111,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return next((i for i, mark in enumerate(FIRST) if item.get_closest_marker(mark)), len(FIRST))
 
     items.sort(key=rank)  # stable: the file order within each rank
+    if getattr(config.option, "loadgroup", False):
+        for item in items:
+            _join_group(item)
+
+
+def _join_group(item: pytest.Item) -> None:
+    """``--dist loadgroup`` puts the tests whose node ids end with the same ``@<group>`` on one worker.
+    pytest-xdist (3.8) appends it to ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is
+    ``item._id``, a NodeId): there every xdist_group was ignored, its tests (and the fixtures they share)
+    spread over the workers. So the suffix goes on ``_id`` here, as pytest-xdist names it (the sorted group
+    names joined by ``_``); where ``_id`` does not exist (older pytest) pytest-xdist's own suffix works."""
+    names = sorted(
+        {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+    )
+    if names and hasattr(item, "_id") and not item.nodeid.endswith(suffix := "@" + "_".join(names)):
+        item._id = type(item._id).parse(item.nodeid + suffix)
