@@ -85,6 +85,9 @@ HINTS = {
     "legal_only": "Only a move from the legal moves list is accepted. ",
 }
 
+#: The position line of observation compact (the FEN) and board (the diagram), as the candidate's code.
+POSITIONS = {"compact": "f\"FEN: {info['fen']}\"", "board": 'info["board"]'}
+
 
 def _format_line(notation: str, output: str) -> str:
     name = "UCI" if notation == "uci" else "SAN"
@@ -111,12 +114,10 @@ def render(g: Genome, name: str) -> str:
     fields = {"legal_moves_uci": "legal_moves_san", "last_opponent_move": "last_opponent_move_san"}
     fields = fields if s["notation"] == "san" else {}
     parts.append(core.method(core.code_of(m.Notation.legal, **fields)))
-    observation = {
-        "full": ChessH0,  # h0's own method
-        "env_text": m.ObservationEnvText,
-        "compact": m.ObservationCompact,
-        "board": m.ObservationBoard,
-    }[s["observation"]]
+    if s["observation"] in POSITIONS:  # compact and board: one method, its own position line
+        observation, fields = m.ObservationShort, {**fields, "POSITION": POSITIONS[s["observation"]]}
+    else:
+        observation = {"full": ChessH0, "env_text": m.ObservationEnvText}[s["observation"]]  # full: h0's own
     parts.append(core.method(core.code_of(observation.format_observation, **fields)))
 
     instruction = core.py("\n" + HINTS[s["hint"]] + _format_line(s["notation"], s["output"]))

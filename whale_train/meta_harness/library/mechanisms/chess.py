@@ -18,6 +18,8 @@ from harnesses.base import extract_tag, majority
 #: Stand-ins for the candidate module's own: its solved puzzles and its prompt's instruction.
 EXAMPLES: list[tuple[str, str]] = []
 INSTRUCTION = "\nAnswer with one legal move in UCI inside <move></move> tags."
+#: Stand-in for the position line of ``ObservationShort``: the render puts the FEN or the board there.
+POSITION = "FEN: ..."
 
 
 class Notation:
@@ -38,22 +40,11 @@ class ObservationEnvText:
         return obs
 
 
-class ObservationCompact:
-    """observation: compact."""
+class ObservationShort:
+    """observation: compact and board, which differ in ``POSITION`` only."""
 
     def format_observation(self, obs, info):
-        lines = [f"You play {info['solver_color']}. {info['goal']}", f"FEN: {info['fen']}"]
-        lines.append("Legal moves: " + " ".join(self.legal(info)))
-        if info.get("error"):
-            lines.append(f"Your previous answer was rejected: {info['error']}")
-        return "\n".join(lines)
-
-
-class ObservationBoard:
-    """observation: board."""
-
-    def format_observation(self, obs, info):
-        lines = [f"You play {info['solver_color']}. {info['goal']}", info["board"]]
+        lines = [f"You play {info['solver_color']}. {info['goal']}", POSITION]
         lines.append("Legal moves: " + " ".join(self.legal(info)))
         if info.get("error"):
             lines.append(f"Your previous answer was rejected: {info['error']}")
