@@ -66,3 +66,24 @@ def smoke_grid(tmp_path_factory) -> SmokeGrid:
     if (out / "compare.json").exists():
         grid.table = json.loads((out / "compare.json").read_text())
     return grid
+
+
+# ------------------------------------------------------------------ the real-engine suite (make test-vllm)
+
+
+@pytest.fixture(scope="session")
+def vllm_model_dir(tmp_path_factory) -> str:
+    """The untied random Qwen3 of tests/train/test_vllm_real*.py (tests/vllm_real.py), built once."""
+    from tests.vllm_real import random_qwen3
+
+    return random_qwen3(tmp_path_factory, tied=False)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_model_dir):
+    """vLLM's OpenAI server on :func:`vllm_model_dir`, started once for the files of the real-engine
+    suite that talk to it (a start is about 20 s of the 2 cores): its ``/v1`` URL."""
+    from tests.vllm_real import api_server, free_port, serve
+
+    port = free_port()
+    yield from serve(api_server(vllm_model_dir, port), port, start_s=240)

@@ -16,17 +16,14 @@ from __future__ import annotations
 import copy
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
 
-from whale_train.llm import SHIPPED_MODEL
+from tests.vllm_real import free_port, random_qwen3
 from whale_train.llm.base import Request, SamplingParams
 
 pytestmark = pytest.mark.vllm_real
@@ -48,27 +45,10 @@ PROMPTS = ["What is 2+3? Answer:", "The capital of France is", "<move>e2e4</move
 ENGINE = {"dtype": "float32", "max_model_len": 256, "enforce_eager": True}
 
 
-def random_qwen3(tmp_path_factory, tied: bool) -> str:
-    """The shipped tiny Qwen3's shape and tokenizer, fresh weights (head_dim 32)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    config = AutoConfig.from_pretrained(SHIPPED_MODEL)
-    config.tie_word_embeddings = tied
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():  # sharper logits than the init's: greedy ties are unlikely
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.mul_(4.0)
-    out = tmp_path_factory.mktemp("tied-qwen3" if tied else "untied-qwen3")
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(SHIPPED_MODEL).save_pretrained(out)
-    return str(out)
-
-
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    return random_qwen3(tmp_path_factory, tied=False)
+def model_dir(vllm_model_dir) -> str:
+    """The untied random Qwen3 (one per session: tests/train/conftest.py)."""
+    return vllm_model_dir
 
 
 @pytest.fixture(scope="module")
@@ -425,52 +405,10 @@ def test_whale_train_stops_in_one_line_when_a_push_fails_its_check(tied_dir, tmp
 # ------------------------------------------------------------------------------ vLLM's OpenAI server
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_server(proc: subprocess.Popen, url: str, deadline: float) -> None:
-    """Until vLLM's server at ``url`` answers ``/health``; RuntimeError if it exits or ``deadline``
-    (``time.monotonic()``) passes first."""
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vLLM's server exited: {proc.stderr.read()[-2000:]}")
-        try:
-            urllib.request.urlopen(url + "/health", timeout=2)
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError("vLLM's server did not start in time") from None
-            time.sleep(1)
-
-
-def serve(cmd: list[str], port: int, start_s: float, env: dict | None = None):
-    """For a fixture to ``yield from``: runs ``cmd`` (a vLLM OpenAI server on ``port``), yields its base
-    URL once it answers (within ``start_s`` seconds), and stops it afterwards."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_server(proc, url, time.monotonic() + start_s)
-    except RuntimeError:
-        proc.kill()
-        raise
-    yield url + "/v1"
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
 @pytest.fixture(scope="module")
-def server(model_dir):
-    port = free_port()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-           "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager"]  # fmt: skip
-    yield from serve(cmd, port, start_s=240)
+def server(vllm_server):
+    """vLLM's OpenAI server on :func:`model_dir` (one per session: tests/train/conftest.py)."""
+    return vllm_server
 
 
 def test_the_openai_backend_against_vllms_server_samples_and_scores_what_transformers_does(server, model_dir):

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.test_vllm_real import free_port, serve, vllm_installed  # noqa: F401 (autouse fixture)
+from tests.train.test_vllm_real import vllm_installed  # noqa: F401 (autouse fixture)
+from tests.vllm_real import free_port, serve
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.llm.base import Request, SamplingParams
 

@@ -25,7 +25,8 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from tests.train.test_vllm_real import free_port, greedy, model_dir, transformers_greedy, wait_for_server  # noqa: F401 - fixture
+from tests.train.test_vllm_real import greedy, model_dir, transformers_greedy  # noqa: F401 - fixture
+from tests.vllm_real import free_port, wait_for_server
 
 pytestmark = pytest.mark.vllm_real
 
