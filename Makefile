@@ -123,16 +123,19 @@ test: lint install-claude-code
 # time themselves) on one worker, one after another. `make test-main PYTEST_WORKERS=0` runs it in one
 # process. --durations=30 ends its output with the 30 slowest tests: where CI's time goes.
 PYTEST_WORKERS ?= 2
+# One PyTorch (OpenMP) thread a process in the test suites: two workers, the side suite and their
+# subprocesses already share the 2 cores, and more threads a process only spin against each other.
+TEST_THREADS = OMP_NUM_THREADS=1
 
 test-main: install
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=30
+	$(TEST_THREADS) $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=30
 
 test-side:
 	$(MAKE) --jobs=1 --keep-going test-pinned test-vllm
 
 test-pinned: install-pinned
 	$(PINNED)/bin/python -c "import transformers as t; assert t.__version__ == '$(PINNED_TRANSFORMERS)', t.__version__"
-	$(PINNED)/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(PINNED_TESTS)
+	$(TEST_THREADS) $(PINNED)/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(PINNED_TESTS)
 
 bench: install
 	$(BIN)/python -m pytest benchmarks --benchmark-enable --benchmark-only -q

@@ -103,6 +103,12 @@ def test_overlap_against_strict_wall_clock(benchmark, tmp_path, monkeypatch):
     }
     benchmark.extra_info.update(numbers)
     print(f"\noverlap against strict alternation: {numbers}")
-    assert all(r["cycles"] == n >= 2 for r in runs["whale"] + runs["whale-overlap"])
+    # The same budget, not always the same cycles: a candidate scored under newer weights than its traces
+    # re-scores the incumbent there (charged to its iteration), which overlap pays whenever a proposal
+    # outlasts the weight phase beside it (the short version's 1-2 steps are shorter than the proposer
+    # lane's own validation and stand-ins).
+    assert all(r["cycles"] >= 2 for r in runs["whale"] + runs["whale-overlap"]), {
+        m: [r["cycles"] for r in runs[m]] for m in runs
+    }
     assert all(r["version_gaps"] and set(r["version_gaps"]) == {0} for r in runs["whale"])
     assert overlap["span_seconds"] > 0 and strict["span_seconds"] > 0

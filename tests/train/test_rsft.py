@@ -144,10 +144,10 @@ def test_the_trainers_garbage_collection_walks_only_what_the_step_made(fresh_mod
     assert gc.get_freeze_count() == 0  # unfrozen: older garbage is collected as before
     gc.freeze()
     try:
-        before = gc.get_freeze_count()
+        before = gc.get_freeze_count()  # (frozen objects freed meanwhile leave it, so it may only fall)
         with step_garbage_only():
-            assert gc.get_freeze_count() == before
-        assert gc.get_freeze_count() == before  # another's freeze is not undone
+            assert 0 < gc.get_freeze_count() <= before
+        assert 0 < gc.get_freeze_count() <= before  # another's freeze is not undone
     finally:
         gc.unfreeze()
 
