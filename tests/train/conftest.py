@@ -1,6 +1,7 @@
 """Shared fixtures of the training suites: the smoke grid of ``whale compare``, run once per session (on
 pytest-xdist, once per worker: the tests that read it carry ``xdist_group("smoke-grid")`` so that one
-worker runs them all and builds it once)."""
+worker runs them all and builds it once); and the real-engine suite's model and vLLM server, one each
+per session of ``make test-vllm``."""
 
 from __future__ import annotations
 

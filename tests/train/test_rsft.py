@@ -142,6 +142,12 @@ def test_the_trainers_garbage_collection_walks_only_what_the_step_made(fresh_mod
     trainers = [n for where, n in seen if where.endswith("accelerate/utils/memory.py")]
     assert trainers and all(n > 0 for n in trainers), seen  # the step's collection walked young objects only
     assert gc.get_freeze_count() == 0  # unfrozen: older garbage is collected as before
+    seen.clear()  # without a carried AdamW state the earlier step's is garbage: the collection stays whole
+    assert (
+        rsft(fresh_model_dir, reward_threshold=0.0, require_stop=False, keep_optimizer=False).step().updated
+    )
+    trainers = [n for where, n in seen if where.endswith("accelerate/utils/memory.py")]
+    assert trainers and all(n == 0 for n in trainers), seen
     gc.freeze()
     try:
         before = gc.get_freeze_count()  # (frozen objects freed meanwhile leave it, so it may only fall)

@@ -8,7 +8,7 @@ import gc
 import logging
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from whale_train.distributed import (
@@ -103,7 +103,7 @@ class RSFTUpdater:
             trainer.add_callback(carry_optimizer_state(self))
         self.last_dataset = trainer.train_dataset
         self.model.train()
-        with step_garbage_only():
+        with step_garbage_only() if cfg.keep_optimizer else nullcontext():
             result = trainer.train()
         self.model.eval()
         tokens = sum(len(ex.completion_ids) for ex in examples)
@@ -120,9 +120,11 @@ def step_garbage_only() -> Iterator[None]:
     about as long, and more in a longer-lived process. Everything alive on entry is frozen
     (``gc.freeze``) and unfrozen on exit, back in the oldest generation, where Python's own collections
     reach its garbage as before. What the collection is there for on an accelerator, an earlier step's
-    device memory, is not held by an earlier step here: its optimizer state is the carried one and its
-    parameters are the model's. Where something else froze the heap already (vLLM does, after its
-    start-up), nothing is changed: unfreezing would undo its freeze too."""
+    device memory, an earlier step holds none of when the optimizer state is carried (``keep_optimizer``,
+    the only case this is used in): its state is the carried one and its parameters are the model's.
+    Without it, the earlier step's AdamW state is garbage that this collection frees, so it stays whole.
+    Where something else froze the heap already (vLLM does, after its start-up), nothing is changed:
+    unfreezing would undo its freeze too."""
     if gc.get_freeze_count():
         yield
         return

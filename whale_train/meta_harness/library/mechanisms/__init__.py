@@ -15,8 +15,8 @@ byte for byte, what a candidate runs. Two kinds of code:
 Two names stand in for what only the candidate has, so the code reads (and lints) as written:
 ``EXAMPLES``, the candidate module's list of solved examples (``core.string_list``), and
 ``INSTRUCTION``, which the render replaces by the genome's instruction as a literal
-(``core.code_of(..., INSTRUCTION=...)``); a library may name more (chess's ``POSITION``). The candidate imports what it uses of ``re`` and
-``harnesses.base`` (``core.module``), as these modules do.
+(``core.code_of(..., INSTRUCTION=...)``); a library may name more (chess's ``POSITION``). The
+candidate imports what it uses of ``re`` and ``harnesses.base`` (``core.module``), as these modules do.
 
 Code with a line over the formatter's length is kept from it (``# fmt: off`` ... ``# fmt: on``, around
 the class or part): reformatting would change the candidates the proposer writes.
