@@ -291,10 +291,12 @@ def test_overlap_hides_a_proposer_as_slow_as_a_weight_phase(tmp_path, monkeypatc
         config = smoke(
             MODEL,
             method=method,
-            budget_rollouts=128,  # 4 harness phases: 3 full cycles
+            budget_rollouts=240,  # 4 harness phases: 3 full cycles
             report_to="none",
-            # 3 RSFT steps per weight phase; the latency is set per request (above)
-            schedule={"weight_epochs": 0.2, "harness_iterations": 2, "proposer_latency": 0.0},
+            # 6 RSFT steps per weight phase, so that the proposer lane's own work (validation, the
+            # weight-free stand-ins: about 1 s) is small beside the latency, which is set per request
+            # (above); at 3 steps CI's load made it the larger part and the accelerator waited for it
+            schedule={"weight_epochs": 0.4, "harness_iterations": 2, "proposer_latency": 0.0},
             eval={"every": 10_000},  # evaluations at the start and the end only, the same in both
             search={"harness_tasks": 2},  # scoring is short beside a weight phase, as on a GPU
         )
