@@ -17,6 +17,7 @@ import socket
 import statistics
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -101,19 +102,21 @@ def request(method: str, target: str, body: bytes = b"{}", extra: str = "") -> b
 
 @pytest.fixture
 def upstream():
-    up = Upstream()
-    yield up
-    up.close()
+    with closing(Upstream()) as up:
+        yield up
 
 
-def test_the_relay_forwards_the_api_routes_with_the_key_and_masks_it_in_the_answer(upstream):
-    relay = ApiRelay(upstream.url, KEY)
-    try:
-        ok = ask(relay, request("POST", "/v1/messages?beta=true", b'{"model": "m"}'))
-        counted = ask(relay, request("POST", "/v1/messages/count_tokens?beta=true"))
-        models = ask(relay, request("GET", "/v1/models/claude-sonnet-4-5", b""))
-    finally:
-        relay.close()
+@pytest.fixture
+def relay(upstream):
+    """A relay to ``upstream`` with the real key."""
+    with closing(ApiRelay(upstream.url, KEY)) as relay:
+        yield relay
+
+
+def test_the_relay_forwards_the_api_routes_with_the_key_and_masks_it_in_the_answer(upstream, relay):
+    ok = ask(relay, request("POST", "/v1/messages?beta=true", b'{"model": "m"}'))
+    counted = ask(relay, request("POST", "/v1/messages/count_tokens?beta=true"))
+    models = ask(relay, request("GET", "/v1/models/claude-sonnet-4-5", b""))
     assert all(a.startswith(b"HTTP/1.1 200") for a in (ok, counted, models))
     sent = [r.partition(b"\r\n")[0] for r in upstream.received]
     assert sent == [
@@ -166,20 +169,18 @@ REFUSED = [
 ]
 
 
-def test_trace_other_methods_dot_segments_escapes_and_query_tricks_are_refused_and_never_sent(upstream):
-    relay = ApiRelay(upstream.url, KEY)
-    try:
-        answers = {(m, t): ask(relay, request(m, t)) for m, t in REFUSED}
-        smuggled = {
-            "two lengths": ask(relay, request("POST", "/v1/messages", extra="Content-Length: 5\r\n")),
-            "length and chunks": ask(relay, request("POST", "/v1/messages", extra="Transfer-Encoding: chunked\r\n")),
-            "a folded header": ask(relay, request("POST", "/v1/messages", extra=" x-api-key: more\r\n")),
-            "a bare LF": ask(relay, request("POST", "/v1/messages", extra="a: b\nHost: evil\r\n")),
-            "HTTP/0.9": ask(relay, b"POST /v1/messages\r\n\r\n"),
-            "a space in the target": ask(relay, b"POST /v1/messages /admin HTTP/1.1\r\n\r\n"),
-        }  # fmt: skip
-    finally:
-        relay.close()
+def test_trace_other_methods_dot_segments_escapes_and_query_tricks_are_refused_and_never_sent(
+    upstream, relay
+):
+    answers = {(m, t): ask(relay, request(m, t)) for m, t in REFUSED}
+    smuggled = {
+        "two lengths": ask(relay, request("POST", "/v1/messages", extra="Content-Length: 5\r\n")),
+        "length and chunks": ask(relay, request("POST", "/v1/messages", extra="Transfer-Encoding: chunked\r\n")),
+        "a folded header": ask(relay, request("POST", "/v1/messages", extra=" x-api-key: more\r\n")),
+        "a bare LF": ask(relay, request("POST", "/v1/messages", extra="a: b\nHost: evil\r\n")),
+        "HTTP/0.9": ask(relay, b"POST /v1/messages\r\n\r\n"),
+        "a space in the target": ask(relay, b"POST /v1/messages /admin HTTP/1.1\r\n\r\n"),
+    }  # fmt: skip
     for what, answer in [*answers.items(), *smuggled.items()]:
         status = int(answer.split(b" ", 2)[1])
         assert 400 <= status < 500, (what, answer[:200])
