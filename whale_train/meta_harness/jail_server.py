@@ -91,12 +91,10 @@ def sweep() -> int:
 
 
 def run(
-    req: Mapping[str, Any],
-    env: Mapping[str, str],
-    scratch: str = SCRATCH,
-    sweeper: Callable[[], int] = sweep,
+    req: Mapping[str, Any], env: Mapping[str, str], scratch: str, sweeper: Callable[[], int]
 ) -> dict[str, Any]:
-    """One ``run`` request: the command's exit status, output and the limit that stopped it.
+    """One ``run`` request (:func:`answer` passes on its scratch folder and sweeper): the command's exit
+    status, output and the limit that stopped it.
 
     After the command (or its limit) its process group is killed, then ``sweeper`` ends whatever left
     the group (a test outside a jail passes one that kills nothing)."""
