@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
 
 from whale_train.llm.http import post_json
@@ -98,27 +98,21 @@ def _arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     return value, None
 
 
+@dataclass(eq=False, repr=False)  # a client, not a value: compared by identity, its key never printed
 class HTTPChat:
     """What both APIs are configured with: the server, the model, the key and the request settings."""
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key: str = "",
-        *,
-        temperature: float = 0.7,
-        max_tokens: int = 4096,
-        timeout: float = 300.0,
-        retries: int = 3,
-    ):
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.api_key = api_key
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.timeout = timeout
-        self.retries = retries
+    base_url: str
+    model: str
+    api_key: str = ""
+    _: KW_ONLY
+    temperature: float = 0.7
+    max_tokens: int = 4096
+    timeout: float = 300.0
+    retries: int = 3
+
+    def __post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/")
 
     def post(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
         """``body`` POSTed to ``base_url + path`` with these settings: the decoded answer (ProposerError
@@ -195,8 +189,8 @@ class AnthropicChat(HTTPChat):
 
     name = "anthropic"
 
-    def __init__(self, base_url: str, model: str, api_key: str = "", **settings: Any):
-        super().__init__(base_url, model, api_key, **settings)
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.base_url.endswith("/v1"):
             self.base_url = self.base_url[: -len("/v1")]
 
