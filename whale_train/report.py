@@ -14,12 +14,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
 from whale_train.lanes import lane_intervals, lane_metrics
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, imported at the first plot (here and in
+    :mod:`whale_train.compare.plots`): about half a second that every ``whale`` command importing these
+    modules (``whale train``, ``whale compare``) would otherwise pay, with ``--no-report`` too."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
@@ -108,6 +115,7 @@ def _pct(x: float | None) -> str:
 
 
 def plot_accuracy(summaries: list[dict[str, Any]], path: Path) -> Path:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for s in summaries:
         xs = [e["rollouts_total"] for e in s["evals"]]
@@ -140,6 +148,7 @@ def eval_note(summaries: list[dict[str, Any]]) -> str:
 
 
 def plot_timeline(summaries: list[dict[str, Any]], path: Path) -> Path:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 1.3 + 0.5 * len(summaries)))
     colors = {"weight": "#4c72b0", "harness": "#dd8452"}
     for row, s in enumerate(summaries):
@@ -178,6 +187,7 @@ def plot_lanes(summaries: list[dict[str, Any]], path: Path) -> Path | None:
     runs = [s for s in summaries if s["lanes"]]
     if not runs:
         return None
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.9 * len(runs)))
     labels = []
     for row, s in enumerate(runs):
@@ -278,6 +288,7 @@ def plot_lineage(rows: list[dict[str, Any]], path: Path, title: str) -> Path | N
     for r in rows:
         by_depth.setdefault(depth[r["id"]], []).append(r["id"])
     pos = {cid: (d, i - (len(ids) - 1) / 2) for d, ids in by_depth.items() for i, cid in enumerate(ids)}
+    plt = pyplot()
     fig, ax = plt.subplots(
         figsize=(max(6.5, 1.8 * len(by_depth)), max(3, 0.6 * max(len(v) for v in by_depth.values())))
     )

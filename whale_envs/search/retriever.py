@@ -26,12 +26,18 @@ import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import bm25s
 import numpy as np
-import Stemmer
 
 from whale_envs.search.corpus import Corpus, Passage
+
+if TYPE_CHECKING:
+    import bm25s
+
+# bm25s (with scipy.sparse) and PyStemmer are imported where an index is built, loaded or a text
+# tokenized: a process that imports the search env without retrieving (a math run, `whale --help`)
+# does not pay their half second.
 
 #: Bumped whenever the on-disk index layout or the tokenization changes (old caches are then ignored).
 INDEX_FORMAT = 1
@@ -45,12 +51,16 @@ def _stem_words(words: list[str]) -> list[str]:
     # PyStemmer objects are not safe to share between threads: one per thread.
     stemmer = getattr(_local, "stemmer", None)
     if stemmer is None:
+        import Stemmer
+
         stemmer = _local.stemmer = Stemmer.Stemmer("english")
     return stemmer.stemWords(words)
 
 
 def tokenize(texts: list[str]) -> list[list[str]]:
     """The retriever's tokens for each text (the same function indexes passages and queries)."""
+    import bm25s
+
     return bm25s.tokenize(texts, stopwords="en", stemmer=_stem_words, return_ids=False, show_progress=False)
 
 
@@ -89,6 +99,8 @@ class Retriever:
     @property
     def key(self) -> str:
         """Cache key: the corpus fingerprint plus everything that changes the index."""
+        import bm25s
+
         text = f"{INDEX_FORMAT}|{bm25s.__version__}|k1={self.k1}|b={self.b}|{self.corpus.fingerprint}"
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -98,6 +110,8 @@ class Retriever:
         """Index the corpus in memory."""
         start = time.perf_counter()
         tokens = tokenize([f"{p.title} {p.text}" for p in self.corpus.passages])
+        import bm25s
+
         bm25 = bm25s.BM25(k1=self.k1, b=self.b)
         bm25.index(tokens, show_progress=False)
         self.bm25 = bm25
@@ -125,6 +139,8 @@ class Retriever:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             if meta.get("num_docs") != len(self.corpus) or meta.get("format") != INDEX_FORMAT:
                 return False
+            import bm25s
+
             bm25 = bm25s.BM25.load(str(target), show_progress=False)
         except (OSError, ValueError, KeyError) as exc:
             warnings.warn(f"ignoring unreadable search index cache {target}: {exc}", stacklevel=3)

@@ -6,13 +6,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import numpy as np
 
 from whale_train.compare.plan import REFERENCE, WHALE
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from whale_train.report import pyplot
 
 
 def step_curve(evals: Sequence[dict[str, Any]], grid: Sequence[float]) -> np.ndarray:
@@ -31,6 +28,7 @@ def plot_accuracy(table: dict[str, Any], domain: str, path: Path, points: int = 
     curves, and a band of ± one standard deviation."""
     d = table["domains"][domain]
     grid = np.linspace(0, d["budget"], points)
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     plotted = False
     for method in d["methods"]:
@@ -71,6 +69,7 @@ def plot_ablation(table: dict[str, Any], path: Path) -> Path:
     domain = table["domains"][ab["domain"]]
     labels = [f"E={p['weight_epochs']:g}\nI={p['harness_iterations']}" for p in ab["points"]]
     xs = np.arange(len(labels))
+    plt = pyplot()
     fig, (acc, cost) = plt.subplots(1, 2, figsize=(9, 3.6))
     means = [100 * (p[f"{metric}_mean"] or 0.0) for p in ab["points"]]
     sds = [100 * (p[f"{metric}_sd"] or 0.0) for p in ab["points"]]
