@@ -197,22 +197,35 @@ def test_a_short_whale_train_on_the_vllm_backend_samples_with_what_it_trained(
     )
 
 
-@pytest.mark.parametrize("mode", ["multiprocess", "continuous", "tensor_parallel"])
-def test_push_parity_with_the_engine_core_in_another_process(model_dir, mode, monkeypatch):
-    # How vLLM runs by default on a GPU (multiprocess), the async engine, and two tensor-parallel
-    # workers (each loads its shard from the same file): tensors cannot cross vLLM's RPC, a path can.
+REMOTE = ["multiprocess", "continuous", "tensor_parallel"]
+
+
+@pytest.fixture(scope="module", params=REMOTE)
+def remote(request, tied_dir):
+    """An engine whose core runs in another process, on the tied model: how vLLM runs by default on a GPU
+    (multiprocess), the async engine, and two tensor-parallel workers (each loads its shard from the same
+    file). One per mode, shared by the two tests that push into it (a start is about 20 s of the 2 cores):
+    pytest runs a mode's tests together, so one engine is up at a time."""
     from whale_train.llm.vllm_backend import VLLMLLM
 
-    options: dict = {mode: True}
-    if mode == "tensor_parallel":  # the CPU build binds each worker's threads to cores: one core each
-        monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
-        options = {"multiprocess": True, "tensor_parallel_size": 2}
-    llm = VLLMLLM(model_dir, **options, **ENGINE)
-    try:
-        assert not hasattr(llm.engine, "llm_engine") or not hasattr(llm.engine.llm_engine, "model_executor")
-        push_round_trip(llm, model_dir)
-    finally:
-        llm.close()
+    mode = request.param
+    with pytest.MonkeyPatch.context() as env:
+        options: dict = {mode: True}
+        if mode == "tensor_parallel":  # the CPU build binds each worker's threads to cores: one core each
+            env.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+            options = {"multiprocess": True, "tensor_parallel_size": 2}
+        llm = VLLMLLM(tied_dir, **options, **ENGINE)
+        try:
+            yield llm
+        finally:
+            llm.close()
+
+
+def test_push_parity_with_the_engine_core_in_another_process(remote, tied_dir):
+    # Tensors cannot cross vLLM's RPC, a path can. (The untied model's push: the in-process tests above;
+    # what crosses the process boundary is the same file either way.)
+    assert not hasattr(remote.engine, "llm_engine") or not hasattr(remote.engine.llm_engine, "model_executor")
+    push_round_trip(remote, tied_dir)
 
 
 def test_whale_eval_runs_on_the_vllm_backend_with_engine_settings(model_dir, tmp_path):
@@ -301,19 +314,19 @@ def tied_push_parity(llm, tied_dir: str, lora: bool = False) -> None:
     assert llm.verify_push(original)["ok"] and greedy(llm) == before
 
 
-@pytest.mark.parametrize("mode", ["in_process", "multiprocess", "continuous", "tensor_parallel", "lora"])
-def test_a_tied_head_is_right_after_a_push_in_every_mode(tied_dir, mode, monkeypatch):
+@pytest.mark.parametrize("mode", ["in_process", "lora"])
+def test_a_tied_head_is_right_after_a_push_in_every_mode(tied_dir, mode):
     from whale_train.llm.vllm_backend import VLLMLLM
 
-    options: dict = {"multiprocess": False} if mode in ("in_process", "lora") else {mode: True}
-    if mode == "tensor_parallel":
-        monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
-        options = {"multiprocess": True, "tensor_parallel_size": 2}
-    llm = VLLMLLM(tied_dir, **options, **ENGINE)
+    llm = VLLMLLM(tied_dir, multiprocess=False, **ENGINE)
     try:
         tied_push_parity(llm, tied_dir, lora=mode == "lora")
     finally:
         llm.close()
+
+
+def test_a_tied_head_is_right_after_a_push_to_an_engine_core_in_another_process(remote, tied_dir):
+    tied_push_parity(remote, tied_dir)
 
 
 def drop_one_weight(monkeypatch, name: str) -> None:
