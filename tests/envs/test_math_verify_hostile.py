@@ -257,8 +257,11 @@ def test_six_hostile_answers_cost_about_what_six_honest_ones_cost():
 
 def test_an_answer_that_uses_its_whole_cpu_limit_does_not_stall_other_verifications():
     """While one comparison burns its CPU limit (a legal but expensive answer), an honest verification
-    finishes within 2x its idle latency: it runs in another helper, not behind one lock. Measured side
-    by side, round after round (an idle sample, then one while the expensive comparison runs)."""
+    is not stalled behind it: it runs in another helper, not behind one lock. Measured side by side,
+    round after round (an idle sample, then one while the expensive comparison runs). A stall waits out
+    the 0.5 s limit and a helper restart, 14x or more an idle verification's ~35 ms; the bound is 4x,
+    since on CI's two shared cores the burning helper takes a core the honest one would otherwise get
+    (2.1x once under a full suite)."""
     import statistics
     import threading
 
@@ -292,4 +295,4 @@ def test_an_answer_that_uses_its_whole_cpu_limit_does_not_stall_other_verificati
         go.set()
         worker.join(timeout=120)
     assert set(matchers) == {"timeout"}, matchers  # each did burn its whole CPU limit
-    assert statistics.median(loaded) <= 2 * statistics.median(idle), (idle, loaded)
+    assert statistics.median(loaded) <= 4 * statistics.median(idle), (idle, loaded)
