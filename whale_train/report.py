@@ -10,6 +10,7 @@ table of what the overlap is measured by (``whale_train.lanes.lane_metrics``).
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,12 @@ from typing import Any
 from whale_train.lanes import lane_intervals, lane_metrics
 
 
+@functools.cache
 def pyplot():
     """matplotlib's pyplot on the Agg backend, imported at the first plot (here and in
     :mod:`whale_train.compare.plots`): about half a second that every ``whale`` command importing these
-    modules (``whale train``, ``whale compare``) would otherwise pay, with ``--no-report`` too."""
+    modules (``whale train``, ``whale compare``) would otherwise pay, with ``--no-report`` too. Once per
+    process, as the import-time switch was: switching again would close a caller's open figures."""
     import matplotlib
 
     matplotlib.use("Agg")
