@@ -315,7 +315,7 @@ def tied_push_parity(llm, tied_dir: str, lora: bool = False) -> None:
 
 
 @pytest.mark.parametrize("mode", ["in_process", "lora"])
-def test_a_tied_head_is_right_after_a_push_in_every_mode(tied_dir, mode):
+def test_a_tied_head_is_right_after_a_push_in_process_and_as_merged_lora(tied_dir, mode):
     from whale_train.llm.vllm_backend import VLLMLLM
 
     llm = VLLMLLM(tied_dir, multiprocess=False, **ENGINE)
