@@ -22,52 +22,32 @@ from whale_train.meta_harness.config import (
     MetaHarnessConfig,
 )
 
-#: A ``search:`` section as configs were written before the proposer's settings were nested (kept
-#: here on purpose: it must go on loading).
-OLD_FORM = """\
-search:
-  candidates: 2
-  harness_tasks: 32
-  proposer: agent
-  llm_api: anthropic
-  llm_base_url: https://api.anthropic.com
-  llm_model: claude-opus-4-1
-  llm_api_key_env: MY_KEY
-  llm_max_turns: 12
-  llm_temperature: 0.2
-  llm_timeout: 60
-  llm_price_prompt: 15
-  llm_price_completion: 75
-  llm_max_tokens: 2048
-  agent_run_seconds: 30
-  agent_memory_mb: 1024
-  agent_scratch_mb: 128
-  agent_try_tasks: 4
-  agent_try_budget: 16
-  claude_code_path: /opt/cli.js
-  claude_code_seconds: 900
-  claude_code_memory_mb: 8192
-"""
+#: The settings both forms below write: the ``search:`` keys of their own, and the proposer's settings
+#: per section.
+SEARCH = {"candidates": 2, "harness_tasks": 32, "proposer": "agent"}
+PROPOSER = {
+    "llm": {
+        "api": "anthropic",
+        "base_url": "https://api.anthropic.com",
+        "model": "claude-opus-4-1",
+        "api_key_env": "MY_KEY",
+        "max_turns": 12,
+        "temperature": 0.2,
+        "timeout": 60,
+        "price_prompt": 15,
+        "price_completion": 75,
+        "max_tokens": 2048,
+    },
+    "agent": {"run_seconds": 30, "memory_mb": 1024, "scratch_mb": 128, "try_tasks": 4, "try_budget": 16},
+    "claude_code": {"path": "/opt/cli.js", "seconds": 900, "memory_mb": 8192},
+}
 
-NEW_FORM = """\
-search:
-  candidates: 2
-  harness_tasks: 32
-  proposer: agent
-  llm:
-    api: anthropic
-    base_url: https://api.anthropic.com
-    model: claude-opus-4-1
-    api_key_env: MY_KEY
-    max_turns: 12
-    temperature: 0.2
-    timeout: 60
-    price_prompt: 15
-    price_completion: 75
-    max_tokens: 2048
-  agent: {run_seconds: 30, memory_mb: 1024, scratch_mb: 128, try_tasks: 4, try_budget: 16}
-  claude_code: {path: /opt/cli.js, seconds: 900, memory_mb: 8192}
-"""
+#: The ``search:`` section as configs were written before the proposer's settings were nested, one flat
+#: key per setting (``llm_model``, ``agent_try_budget``, ...; it must go on loading), and as it is now.
+OLD_FORM = yaml.safe_dump(
+    {"search": {**SEARCH, **{f"{part}_{k}": v for part, keys in PROPOSER.items() for k, v in keys.items()}}}
+)
+NEW_FORM = yaml.safe_dump({"search": {**SEARCH, **PROPOSER}})
 
 
 def notices(record) -> list[str]:
