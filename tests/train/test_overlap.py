@@ -286,7 +286,7 @@ def test_overlap_hides_a_proposer_as_slow_as_a_weight_phase(tmp_path, monkeypatc
         return ask(self, iteration, version, at, at_t)
 
     monkeypatch.setattr(RunLanes, "_request", as_long_as_a_weight_phase)
-    metrics = {}
+    metrics, step = {}, {}
     for method in ("whale", "whale-overlap"):
         config = smoke(
             MODEL,
@@ -302,6 +302,9 @@ def test_overlap_hides_a_proposer_as_slow_as_a_weight_phase(tmp_path, monkeypatc
         )
         Run(config, tmp_path / method, log=lambda *_: None).run()
         metrics[method] = read_ledger(tmp_path / method)[-1]["lanes"]
+        step[method] = median(
+            u["seconds"] for u in units(ledger(tmp_path / method)) if u["phase"] == "weight"
+        )
     strict, overlap = metrics["whale"], metrics["whale-overlap"]
     cycle = median(overlap["cycle_seconds"]) / median(strict["cycle_seconds"])
     print(f"strict {strict}; overlap {overlap}; cycle ratio {cycle:.2f}")
@@ -310,10 +313,13 @@ def test_overlap_hides_a_proposer_as_slow_as_a_weight_phase(tmp_path, monkeypatc
     # where the scoring S is longer than the weight phase W; 0.36-0.38 under load)
     assert strict["steady_idle_share"] > 0.2
     # What overlap hides is read from the lanes' own record (the accelerator's idle share), not bounded by
-    # a ratio of wall times, which make test's parallel suites move (0.42x to 0.77x measured): the ratio is
-    # printed, and it must at least be a gain.
+    # a ratio of wall times, which make test's parallel suites move (0.42x to 0.77x measured, and past 1x
+    # when the load rose between the two runs): the ratio is printed, and the run must at least be shorter
+    # in its own weight steps (each run's span over its median RSFT step's wall time, which the load
+    # stretches as it stretches the span).
     assert overlap["steady_idle_share"] < 0.15, (cycle, overlap)
-    assert cycle < 1.0 and overlap["span_seconds"] < strict["span_seconds"], (cycle, strict, overlap)
+    spans = {m: metrics[m]["span_seconds"] / step[m] for m in metrics}
+    assert spans["whale-overlap"] < spans["whale"], (cycle, spans, strict, overlap)
 
 
 def test_a_proposal_from_older_traces_is_scored_with_the_incumbent_rescored_on_the_newer_version(tmp_path):
