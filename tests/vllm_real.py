@@ -1,6 +1,7 @@
 """What the real-engine suite (``make test-vllm``: tests/train/test_vllm_real*.py, in .venv-vllm) shares:
 the tiny random Qwen3s it loads into vLLM, and vLLM's OpenAI server started as a subprocess. The session
-fixtures built from these (one model, one server for every file) are in tests/train/conftest.py."""
+fixtures built from these (one random model, one ``vllm serve`` of the shipped model for every file) are in
+tests/train/conftest.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import torch
 
@@ -72,8 +74,13 @@ def serve(cmd: list[str], port: int, start_s: float, env: dict | None = None):
         proc.kill()
 
 
-def api_server(model_dir: str, port: int) -> list[str]:
-    """vLLM's OpenAI server on ``model_dir`` as the model ``tiny`` (float32, eager, 1024 tokens)."""
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-            "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-            "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager"]  # fmt: skip
+#: The flags docs/GPU.md gives for parity with transformers on a CPU (vLLM's default dtype is bfloat16).
+PARITY_FLAGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "2048"]
+
+
+def vllm_serve(model_dir: str, port: int) -> list[str]:
+    """``vllm serve`` (the console script beside this Python) on ``model_dir`` as the model ``tiny``, with
+    :data:`PARITY_FLAGS`: the command docs/GPU.md gives."""
+    vllm = str(Path(sys.executable).parent / "vllm")
+    return [vllm, "serve", model_dir, "--served-model-name", "tiny", "--host", "127.0.0.1",
+            "--port", str(port), *PARITY_FLAGS]  # fmt: skip

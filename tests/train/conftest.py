@@ -81,10 +81,13 @@ def vllm_model_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(vllm_model_dir):
-    """vLLM's OpenAI server on :func:`vllm_model_dir`, started once for the files of the real-engine
-    suite that talk to it (a start is about 20 s of the 2 cores): its ``/v1`` URL."""
-    from tests.vllm_real import api_server, free_port, serve
+def vllm_server():
+    """``vllm serve`` on the shipped tiny model with the CPU parity flags (tests/vllm_real.py), started once
+    for the files of the real-engine suite that talk to an OpenAI server (a start is 20-50 s of the 2
+    cores): its ``/v1`` URL."""
+    from tests.vllm_real import free_port, serve, vllm_serve
+    from whale_train.llm import SHIPPED_MODEL
 
     port = free_port()
-    yield from serve(api_server(vllm_model_dir, port), port, start_s=240)
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", **os.environ, "HF_HUB_OFFLINE": "1"}
+    yield from serve(vllm_serve(SHIPPED_MODEL, port), port, start_s=420, env=env)  # minutes on a busy CI

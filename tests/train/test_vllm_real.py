@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from tests.vllm_real import free_port, random_qwen3
+from whale_train.llm import SHIPPED_MODEL
 from whale_train.llm.base import Request, SamplingParams
 
 pytestmark = pytest.mark.vllm_real
@@ -420,11 +421,11 @@ def test_whale_train_stops_in_one_line_when_a_push_fails_its_check(tied_dir, tmp
 
 @pytest.fixture(scope="module")
 def server(vllm_server):
-    """vLLM's OpenAI server on :func:`model_dir` (one per session: tests/train/conftest.py)."""
+    """``vllm serve`` on the shipped model (one per session: tests/train/conftest.py)."""
     return vllm_server
 
 
-def test_the_openai_backend_against_vllms_server_samples_and_scores_what_transformers_does(server, model_dir):
+def test_the_openai_backend_against_vllms_server_samples_and_scores_what_transformers_does(server):
     import gymnasium as gym
     from transformers import AutoModelForCausalLM
 
@@ -434,9 +435,10 @@ def test_the_openai_backend_against_vllms_server_samples_and_scores_what_transfo
     from whale_train.llm.openai_compat import OpenAIError, OpenAILLM
     from whale_train.rollout import RolloutConfig, run_rollouts
 
+    model_dir = SHIPPED_MODEL  # what the server serves
     llm = OpenAILLM(server, "tiny", tokenizer=model_dir, return_token_ids=True)
     llm.preflight()
-    assert llm.max_model_len == 1024  # read from the server: over-long prompts are cut here
+    assert llm.max_model_len == 2048  # read from the server: over-long prompts are cut here
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     assert greedy(llm) == transformers_greedy(hf, model_dir)
     # chat prompts: rendered with the local chat template, scored through /completions (echo + logprobs)

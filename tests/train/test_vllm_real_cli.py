@@ -20,15 +20,12 @@ from pathlib import Path
 import pytest
 
 from tests.train.test_vllm_real import vllm_installed  # noqa: F401 (autouse fixture)
-from tests.vllm_real import free_port, serve
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.llm.base import Request, SamplingParams
 
 pytestmark = pytest.mark.vllm_real
 
 BIN = Path(sys.executable).parent  # .venv-vllm/bin: its `vllm` and `whale` commands
-# The flags docs/GPU.md gives for parity with transformers on a CPU (vLLM's default dtype is bfloat16).
-PARITY_FLAGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "2048"]
 ENV = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "HF_HUB_OFFLINE": "1"}
 
 
@@ -41,12 +38,10 @@ def test_the_vllm_distribution_is_vllm_cpus_version_marked_cpu():
 
 
 @pytest.fixture(scope="module")
-def served():
-    """``vllm serve`` (the console script) on the shipped model: the OpenAI base URL."""
-    port = free_port()
-    cmd = [str(BIN / "vllm"), "serve", SHIPPED_MODEL, "--served-model-name", "tiny",
-           "--host", "127.0.0.1", "--port", str(port), *PARITY_FLAGS]  # fmt: skip
-    yield from serve(cmd, port, start_s=420, env=ENV)  # minutes on a busy 2-core machine
+def served(vllm_server):
+    """``vllm serve`` (the console script) on the shipped model: the OpenAI base URL (one per session,
+    shared with the other files of the suite: tests/train/conftest.py)."""
+    return vllm_server
 
 
 def test_vllm_serve_samples_the_greedy_tokens_transformers_samples_in_process(served):

