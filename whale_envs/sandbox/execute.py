@@ -87,8 +87,12 @@ def run(
                 return SandboxResult(
                     limit="setup", error=f"cannot start the interpreter: {exc}", details=details
                 )
-        out, err, limit, truncated = collect(proc, limits, start)
-        kill_tree(proc.pid, uid)
+        try:
+            out, err, limit, truncated = collect(proc, limits, start)
+        finally:
+            kill_tree(proc.pid, uid)  # before its pipes close (collect's docstring says why)
+            proc.stdout.close()
+            proc.stderr.close()
         proc.wait()
         wall = time.monotonic() - start
         code_ = proc.returncode

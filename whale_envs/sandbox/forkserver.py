@@ -89,8 +89,8 @@ class _ServedCall:
     def __init__(self, report: socket.socket, pid: int, out_fd: int, err_fd: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
-        self.stdout = open(out_fd, "rb", buffering=0)  # noqa: SIM115 - closed by process.collect
-        self.stderr = open(err_fd, "rb", buffering=0)  # noqa: SIM115 - closed by process.collect
+        self.stdout = open(out_fd, "rb", buffering=0)  # noqa: SIM115 - closed by execute.run after the kill
+        self.stderr = open(err_fd, "rb", buffering=0)  # noqa: SIM115 - closed by execute.run after the kill
         self._report = report
         report.setblocking(False)  # poll() must never wait
 

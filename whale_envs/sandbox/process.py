@@ -182,7 +182,9 @@ class SandboxProcess:
 
 
 def collect(proc: subprocess.Popen, limits: Limits, start: float) -> tuple[bytes, bytes, str | None, bool]:
-    """Read stdout/stderr until the process exits, the wall clock runs out or the output cap is hit."""
+    """Read stdout/stderr until the process exits, the wall clock runs out or the output cap is hit. The
+    pipes are left open for the caller to close once the process is dead: closed first, a writer stopped
+    at the output cap would die of the broken pipe (exit 1) or of the kill (137), whichever came first."""
     assert proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     bufs = {out_fd: bytearray(), err_fd: bytearray()}
@@ -221,9 +223,7 @@ def collect(proc: subprocess.Popen, limits: Limits, start: float) -> tuple[bytes
             if limit == "output":
                 break
     finally:
-        sel.close()
-        proc.stdout.close()
-        proc.stderr.close()
+        sel.close()  # the pipes stay open: the caller kills what runs first (see ``execute``)
     return bytes(bufs[out_fd]), bytes(bufs[err_fd]), limit, truncated
 
 
