@@ -5,6 +5,7 @@ tests/train/conftest.py."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -72,6 +73,12 @@ def serve(cmd: list[str], port: int, start_s: float, env: dict | None = None):
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def engine_env() -> dict[str, str]:
+    """The environment of an engine started as a subprocess: a small KV cache (GiB) and the loopback
+    address for its sockets, as the Makefile's VLLM_ENV (what the caller's environment sets wins), offline."""
+    return {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", **os.environ, "HF_HUB_OFFLINE": "1"}
 
 
 #: The flags docs/GPU.md gives for parity with transformers on a CPU (vLLM's default dtype is bfloat16).

@@ -85,9 +85,10 @@ def vllm_server():
     """``vllm serve`` on the shipped tiny model with the CPU parity flags (tests/vllm_real.py), started once
     for the files of the real-engine suite that talk to an OpenAI server (a start is 20-50 s of the 2
     cores): its ``/v1`` URL."""
-    from tests.vllm_real import free_port, serve, vllm_serve
+    from tests.vllm_real import engine_env, free_port, serve, vllm_serve
     from whale_train.llm import SHIPPED_MODEL
 
     port = free_port()
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", **os.environ, "HF_HUB_OFFLINE": "1"}
-    yield from serve(vllm_serve(SHIPPED_MODEL, port), port, start_s=420, env=env)  # minutes on a busy CI
+    yield from serve(
+        vllm_serve(SHIPPED_MODEL, port), port, start_s=420, env=engine_env()
+    )  # minutes on a busy CI

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,13 +19,14 @@ from pathlib import Path
 import pytest
 
 from tests.train.test_vllm_real import vllm_installed  # noqa: F401 (autouse fixture)
+from tests.vllm_real import engine_env
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.llm.base import Request, SamplingParams
 
 pytestmark = pytest.mark.vllm_real
 
 BIN = Path(sys.executable).parent  # .venv-vllm/bin: its `vllm` and `whale` commands
-ENV = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "HF_HUB_OFFLINE": "1"}
+ENV = engine_env()
 
 
 def test_the_vllm_distribution_is_vllm_cpus_version_marked_cpu():
@@ -37,20 +37,13 @@ def test_the_vllm_distribution_is_vllm_cpus_version_marked_cpu():
     assert current_platform.is_cpu()
 
 
-@pytest.fixture(scope="module")
-def served(vllm_server):
-    """``vllm serve`` (the console script) on the shipped model: the OpenAI base URL (one per session,
-    shared with the other files of the suite: tests/train/conftest.py)."""
-    return vllm_server
-
-
-def test_vllm_serve_samples_the_greedy_tokens_transformers_samples_in_process(served):
+def test_vllm_serve_samples_the_greedy_tokens_transformers_samples_in_process(vllm_server):
     from whale_train.llm.hf import TransformersLLM
     from whale_train.llm.openai_compat import OpenAILLM
 
     chat = [{"role": "user", "content": "Problem: What is 17 + 25?\nPut the final answer in \\boxed{}."}]
     request = [Request(chat, SamplingParams(temperature=0, max_tokens=24))]
-    remote = OpenAILLM(served, "tiny", tokenizer=SHIPPED_MODEL, return_token_ids=True)
+    remote = OpenAILLM(vllm_server, "tiny", tokenizer=SHIPPED_MODEL, return_token_ids=True)
     remote.preflight()
     ours = TransformersLLM(SHIPPED_MODEL).complete(request)[0]  # float32, the backend's default
     theirs = remote.complete(request)[0]
@@ -59,9 +52,9 @@ def test_vllm_serve_samples_the_greedy_tokens_transformers_samples_in_process(se
     assert theirs.text == ours.text
 
 
-def test_whale_eval_backend_openai_against_vllm_serve_scores_math_tasks(served, tmp_path):
+def test_whale_eval_backend_openai_against_vllm_serve_scores_math_tasks(vllm_server, tmp_path):
     cmd = [str(BIN / "whale"), "eval", "--env", "whale/Math-v0", "--harness", "math/h0",
-           "--backend", "openai", "--base-url", served, "--model", "tiny",
+           "--backend", "openai", "--base-url", vllm_server, "--model", "tiny",
            "--backend-option", f"tokenizer={SHIPPED_MODEL}", "--limit", "4", "--k", "2",
            "--out", str(tmp_path)]  # fmt: skip
     run = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
