@@ -69,12 +69,20 @@ class RenamedKey(FutureWarning):
     """A config key read under its new name (the old one still works): shown as one line, ``note: ...``."""
 
 
-def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
+def option(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    factory: Any = dataclasses.MISSING,
+    minimum: float | None = None,
+) -> Any:
     """A dataclass field with its help text (``field(metadata={"help": ...})``); ``factory`` for
-    mutable defaults."""
+    mutable defaults; ``minimum``, the smallest value :meth:`Config.validate` accepts (a range stated
+    where the field is, instead of in a list of names in ``validate``)."""
+    metadata = {"help": help} if minimum is None else {"help": help, "minimum": minimum}
     if factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=factory, metadata={"help": help})
-    return dataclasses.field(default=default, metadata={"help": help})
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 # ------------------------------------------------------------------------------------------ --set
@@ -406,7 +414,11 @@ class Config:
     renamed: ClassVar[dict[str, str]] = {}
 
     def validate(self) -> None:
-        """Refuse values that type coercion cannot catch (ranges, combinations): ``ValueError``."""
+        """Refuse values that type coercion cannot catch (ranges, combinations): ``ValueError``. Here,
+        the fields' ``minimum`` (:func:`option`); a config with more rules extends this one."""
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]  (a subclass is the dataclass)
+            if "minimum" in f.metadata:
+                at_least(self, f.metadata["minimum"], f.name)
 
     @classmethod
     def from_dict(cls: type[T], data: Mapping[str, Any] | None, *, source: str | None = None) -> T:

@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from whale_train.config_io import Config, at_least, option, renamed
+from whale_train.config_io import Config, option, renamed
 
 PROPOSERS = ("offline", "llm", "agent", "claude-code")
 APIS = ("openai", "anthropic")
@@ -46,15 +46,15 @@ class LLMProposerConfig(Config):
         "the environment variable holding its API key (may be unset for local servers); with api anthropic "
         "and for claude-code the default name reads ANTHROPIC_API_KEY",
     )
-    max_turns: int = option(30, "chat turns (tool calls included) per proposer conversation")
+    max_turns: int = option(30, "chat turns (tool calls included) per proposer conversation", minimum=1)
     temperature: float = option(0.7, "the proposer's sampling temperature (proposers llm and agent)")
     timeout: float = option(300.0, "seconds per proposer request (proposers llm and agent)")
     price_prompt: float = option(0.0, "USD per million prompt tokens, to record the proposer's cost")
     price_completion: float = option(0.0, "USD per million completion tokens, to record the proposer's cost")
-    max_tokens: int = option(4096, "proposer agent: max_tokens of one reply")
+    max_tokens: int = option(4096, "proposer agent: max_tokens of one reply", minimum=1)
 
     def validate(self) -> None:
-        at_least(self, 1, "max_turns", "max_tokens")
+        super().validate()
         if self.api not in APIS:  # the name a flat config knew it by, then its key (tests and users grep it)
             raise ValueError(f"unknown llm_api {self.api!r} (llm.api); known: {', '.join(APIS)}")
 
@@ -66,11 +66,13 @@ class AgentProposerConfig(Config):
     run_seconds: float = option(
         60.0, "wall-clock seconds of one run(command) in the jail (its CPU seconds too)"
     )
-    memory_mb: int = option(2048, "address space per process in the jail (MiB)")
+    memory_mb: int = option(2048, "address space per process in the jail (MiB)", minimum=1)
     scratch_mb: int = option(
-        256, "size of the iteration's scratch folder (MiB; claude-code's jail has the same)"
+        256, "size of the iteration's scratch folder (MiB; claude-code's jail has the same)", minimum=1
     )
-    try_tasks: int = option(8, "the most train tasks one try_candidate may roll out (its n is capped here)")
+    try_tasks: int = option(
+        8, "the most train tasks one try_candidate may roll out (its n is capped here)", minimum=1
+    )
     try_budget: int = option(
         32,
         "try_candidate rollouts allowed per iteration (charged as proposer rollouts, reported apart from "
@@ -78,7 +80,7 @@ class AgentProposerConfig(Config):
     )
 
     def validate(self) -> None:
-        at_least(self, 1, "memory_mb", "scratch_mb", "try_tasks")
+        super().validate()
         if self.run_seconds <= 0 or self.try_budget < 0:
             raise ValueError("agent.run_seconds must be > 0 and agent.try_budget >= 0")
 
@@ -93,10 +95,12 @@ class ClaudeCodeConfig(Config):
         "make install-claude-code",
     )
     seconds: float = option(1800.0, "wall-clock (and CPU) seconds of one iteration's CLI session")
-    memory_mb: int = option(4096, "address space per process in its jail (MiB; Node needs more than Python)")
+    memory_mb: int = option(
+        4096, "address space per process in its jail (MiB; Node needs more than Python)", minimum=1
+    )
 
     def validate(self) -> None:
-        at_least(self, 1, "memory_mb")
+        super().validate()
         if self.seconds <= 0:
             raise ValueError("claude_code.seconds must be > 0")
 
@@ -119,13 +123,14 @@ class MetaHarnessConfig(Config):
     """How the harness search proposes, checks, scores and accepts candidates (``whale search --config``,
     and ``search:`` of a train config)."""
 
-    candidates: int = option(3, "M, the candidates proposed per iteration (paper: 3; at most 10)")
+    candidates: int = option(3, "M, the candidates proposed per iteration (paper: 3; at most 10)", minimum=1)
     harness_tasks: int = option(
         256,
         "tasks of the harness split every candidate is scored on (paper: 256); the same tasks (drawn once "
         "with seed) serve the whole search, so comparisons are paired",
+        minimum=1,
     )
-    rollouts_per_task: int = option(1, "rollouts per task and candidate (paper: 1)")
+    rollouts_per_task: int = option(1, "rollouts per task and candidate (paper: 1)", minimum=1)
     seed: int | None = option(
         None,
         "seeds the task draw, the rollouts (common random numbers across candidates) and the offline "
@@ -154,16 +159,21 @@ class MetaHarnessConfig(Config):
         3,
         "how many of the best candidates (success rate, then fewer LLM calls and tokens per episode) form "
         "the frontier at a model version",
+        minimum=1,
     )
     rescore_frontier: bool = option(
         True,
         "on a new model version, re-score the whole frontier of the previous version (true) or only the "
         "incumbent (false)",
     )
-    check_tasks: int = option(8, "train tasks of the check_harness smoke run with null models (not charged)")
-    concurrency: int = option(64, "episodes in flight while scoring (the model's batch size)")
-    max_llm_calls: int = option(64, "LLM requests allowed per episode (a runaway candidate ends there)")
-    max_tokens: int = option(512, "the largest max_tokens one request of a candidate may ask for")
+    check_tasks: int = option(
+        8, "train tasks of the check_harness smoke run with null models (not charged)", minimum=1
+    )
+    concurrency: int = option(64, "episodes in flight while scoring (the model's batch size)", minimum=1)
+    max_llm_calls: int = option(
+        64, "LLM requests allowed per episode (a runaway candidate ends there)", minimum=1
+    )
+    max_tokens: int = option(512, "the largest max_tokens one request of a candidate may ask for", minimum=1)
     harness_seconds: float = option(30.0, "a candidate's own compute allowed between two handle calls")
     llm: LLMProposerConfig = option(
         factory=LLMProposerConfig,
@@ -180,18 +190,7 @@ class MetaHarnessConfig(Config):
     )
 
     def validate(self) -> None:
-        at_least(
-            self,
-            1,
-            "candidates",
-            "harness_tasks",
-            "rollouts_per_task",
-            "frontier_size",
-            "check_tasks",
-            "concurrency",
-            "max_llm_calls",
-            "max_tokens",
-        )
+        super().validate()
         for sub in (self.llm, self.agent, self.claude_code):  # when built in Python (a loader did them)
             sub.validate()
         if self.candidates > 10:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from whale_train.config_io import Config, at_least, option
+from whale_train.config_io import Config, option
 
 
 @dataclass
 class RSFTConfig(Config):
     """Options of the weight operator (``rsft:`` of a train config)."""
 
-    batch_tasks: int = option(64, "tasks per step (B)")
-    samples: int = option(8, "rollouts per task (k)")
+    batch_tasks: int = option(64, "tasks per step (B)", minimum=1)
+    samples: int = option(8, "rollouts per task (k)", minimum=1)
     reward_threshold: float = option(
         1.0, "a trajectory is accepted when its reward is at least this (1.0 = solved)"
     )
@@ -25,8 +25,8 @@ class RSFTConfig(Config):
     learning_rate: float = option(
         1e-4, "AdamW learning rate (CALIBRATION: ~1e-4 on the tiny model; >2e-4 collapses)"
     )
-    epochs: int = option(1, "passes over a step's examples")
-    train_batch_size: int = option(16, "examples per optimizer step")
+    epochs: int = option(1, "passes over a step's examples", minimum=1)
+    train_batch_size: int = option(16, "examples per optimizer step", minimum=1)
     max_grad_norm: float = option(1.0, "gradient clipping")
     weight_decay: float = option(0.0, "AdamW weight decay")
     keep_optimizer: bool = option(True, "keep one AdamW state across steps (as in the calibration runs)")
@@ -45,12 +45,14 @@ class RSFTConfig(Config):
     gradient_checkpointing: bool = option(
         False, "trade compute for memory (off: the tiny model does not need it)"
     )
-    max_length: int = option(2048, "longest training sequence (longer examples are dropped, not cut)")
-    concurrency: int = option(128, "episodes in flight while sampling")
+    max_length: int = option(
+        2048, "longest training sequence (longer examples are dropped, not cut)", minimum=1
+    )
+    concurrency: int = option(128, "episodes in flight while sampling", minimum=1)
     save_checkpoints: bool = option(True, "save every model version with save_pretrained")
     seed: int = option(0, "task-stream order, sampling and training seed")
 
     def validate(self) -> None:
-        at_least(self, 1, "batch_tasks", "samples", "epochs", "train_batch_size", "max_length", "concurrency")
+        super().validate()
         if not 0 < self.learning_rate < 1:
             raise ValueError(f"RSFTConfig.learning_rate must be in (0, 1), got {self.learning_rate}")
