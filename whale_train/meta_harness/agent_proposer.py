@@ -201,7 +201,6 @@ class AgentProposer:
         self.env_kwargs = env_kwargs or {}
         self.jail_limits = jail_limits or JailLimits(
             wall_s=self.check.agent.run_seconds,
-            cpu_s=max(1, int(self.check.agent.run_seconds)),
             memory_mb=self.check.agent.memory_mb,
             scratch_mb=self.check.agent.scratch_mb,
         )

@@ -150,7 +150,6 @@ class ClaudeCodeProposer:
         c = self.check
         self.jail_limits = JailLimits(
             wall_s=c.claude_code.seconds,
-            cpu_s=max(1, int(c.claude_code.seconds)),
             output_chars=200_000,
             memory_mb=c.claude_code.memory_mb,
             processes=256,

@@ -52,7 +52,7 @@ class JailLimits:
     """Limits of the proposer's jail.
 
     Attributes:
-        wall_s / cpu_s: per command.
+        wall_s / cpu_s: per command (``cpu_s`` unset: as many CPU seconds as wall-clock ones, at least 1).
         output_chars: per command (more stops it; the agent sees the head and the tail).
         memory_mb: address space per process.
         processes: processes and threads at once, for the whole jail.
@@ -60,11 +60,15 @@ class JailLimits:
     """
 
     wall_s: float = 60.0
-    cpu_s: int = 60
+    cpu_s: int | None = None
     output_chars: int = 20_000
     memory_mb: int = 2048
     processes: int = 64
     scratch_mb: int = 256
+
+    def __post_init__(self) -> None:
+        if self.cpu_s is None:
+            object.__setattr__(self, "cpu_s", max(1, int(self.wall_s)))
 
 
 @dataclass
