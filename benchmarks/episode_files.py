@@ -61,6 +61,12 @@ def episode_files() -> list[str]:
         return set_defaults(self, **kwargs)
 
     argparse.ArgumentParser.set_defaults = swap
+    # The libraries the command imports on its way (PyTorch, transformers and the model's class: no file of
+    # this repository among them), imported before the profiler is on: seconds of calls it would see only
+    # to drop them.
+    import torch  # noqa: F401
+    import transformers.models.qwen3.modeling_qwen3  # noqa: F401
+
     sys.setprofile(profile)
     threading.setprofile(profile)
     try:

@@ -315,15 +315,20 @@ def tied_push_parity(llm, tied_dir: str, lora: bool = False) -> None:
     assert llm.verify_push(original)["ok"] and greedy(llm) == before
 
 
-@pytest.mark.parametrize("mode", ["in_process", "lora"])
-def test_a_tied_head_is_right_after_a_push_in_process_and_as_merged_lora(tied_dir, mode):
+@pytest.fixture(scope="module")
+def tied_in_process(tied_dir):
+    """An in-process engine on the tied model, shared by the tests that push into it (each restores the
+    original weights and checks that it did; a start is about 20 s of the 2 cores)."""
     from whale_train.llm.vllm_backend import VLLMLLM
 
     llm = VLLMLLM(tied_dir, multiprocess=False, **ENGINE)
-    try:
-        tied_push_parity(llm, tied_dir, lora=mode == "lora")
-    finally:
-        llm.close()
+    yield llm
+    llm.close()
+
+
+@pytest.mark.parametrize("mode", ["in_process", "lora"])
+def test_a_tied_head_is_right_after_a_push_in_process_and_as_merged_lora(tied_in_process, tied_dir, mode):
+    tied_push_parity(tied_in_process, tied_dir, lora=mode == "lora")
 
 
 def test_a_tied_head_is_right_after_a_push_to_an_engine_core_in_another_process(remote, tied_dir):
@@ -353,37 +358,30 @@ def drop_one_weight(monkeypatch, name: str) -> None:
     monkeypatch.setattr(vllm_backend.WeightFileLoader, "whale_load_weights_file", broken)
 
 
-def test_a_broken_push_fails_its_check_naming_the_weight(tied_dir, monkeypatch):
+def test_a_broken_push_fails_its_check_naming_the_weight(tied_in_process, tied_dir, monkeypatch):
     from transformers import AutoModelForCausalLM
 
     from whale_train.llm import vllm_backend
     from whale_train.llm.weights import trained_weights
 
-    llm = vllm_backend.VLLMLLM(tied_dir, multiprocess=False, **ENGINE)
-    try:
-        train = perturbed(tied_dir, seed=11)
-        with (
-            monkeypatch.context() as m
-        ):  # the push before the fix: the tied head's layer kept its packed copy
-            m.setattr(vllm_backend, "refresh_tied_layers", lambda model: [])
-            llm.load_weights(trained_weights(train))
-            with pytest.raises(vllm_backend.PushCheckError) as err:
-                llm.verify_push(train)
-        before_fix = llm.last_push_check["max_abs_diff"]
-        print(f"tied push without the head refresh: max |logp engine - logp transformers| {before_fix}")
-        assert "lm_head" in str(err.value) and "\n" not in str(err.value), err.value
-        with monkeypatch.context() as m:
-            drop_one_weight(m, "model.layers.1.mlp.down_proj.weight")
-            llm.load_weights(trained_weights(train))
-            with pytest.raises(
-                vllm_backend.PushCheckError, match=r"model\.layers\.1\.mlp\.down_proj\.weight"
-            ):
-                llm.verify_push(train)
-        original = AutoModelForCausalLM.from_pretrained(tied_dir, dtype=torch.float32)
-        llm.load_weights(trained_weights(original))  # the fixed push: checked, and right
-        assert llm.verify_push(original)["ok"]
-    finally:
-        llm.close()
+    llm = tied_in_process
+    train = perturbed(tied_dir, seed=11)
+    with monkeypatch.context() as m:  # the push before the fix: the tied head's layer kept its packed copy
+        m.setattr(vllm_backend, "refresh_tied_layers", lambda model: [])
+        llm.load_weights(trained_weights(train))
+        with pytest.raises(vllm_backend.PushCheckError) as err:
+            llm.verify_push(train)
+    before_fix = llm.last_push_check["max_abs_diff"]
+    print(f"tied push without the head refresh: max |logp engine - logp transformers| {before_fix}")
+    assert "lm_head" in str(err.value) and "\n" not in str(err.value), err.value
+    with monkeypatch.context() as m:
+        drop_one_weight(m, "model.layers.1.mlp.down_proj.weight")
+        llm.load_weights(trained_weights(train))
+        with pytest.raises(vllm_backend.PushCheckError, match=r"model\.layers\.1\.mlp\.down_proj\.weight"):
+            llm.verify_push(train)
+    original = AutoModelForCausalLM.from_pretrained(tied_dir, dtype=torch.float32)
+    llm.load_weights(trained_weights(original))  # the fixed push: checked, and right
+    assert llm.verify_push(original)["ok"]
 
 
 def test_whale_train_stops_in_one_line_when_a_push_fails_its_check(tied_dir, tmp_path):
