@@ -70,6 +70,15 @@ def _accelerate(out: Path, processes: int, *extra: str, config: Path | None = No
     return torch.load(out / "result.pt")
 
 
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> tuple[dict, Path]:
+    """The one-process reference of the DDP and FSDP2 tests (a process of its own, about 8 s of CPU), run
+    once: its result, and the checkpoint it saved after the first call (``--save``, which changes no
+    weight)."""
+    out = tmp_path_factory.mktemp("one") / "one"
+    return _one_process(out, "--save", str(out / "checkpoint")), out / "checkpoint"
+
+
 def _relative(a: dict, b: dict, base: dict) -> float:
     """|a - b| / |a - base| over all weights: how far two updates of ``base`` differ, relative to the update."""
     num = sum(((a[k] - b[k]) ** 2).sum() for k in a) ** 0.5
@@ -78,13 +87,13 @@ def _relative(a: dict, b: dict, base: dict) -> float:
 
 
 @pytest.mark.slow
-def test_two_processes_give_the_update_of_one(tmp_path):
+def test_two_processes_give_the_update_of_one(tmp_path, one_process):
     from transformers import AutoModelForCausalLM
 
     from whale_train.llm import default_model
 
     base = AutoModelForCausalLM.from_pretrained(default_model(), dtype=torch.float32).state_dict()
-    one = _one_process(tmp_path / "one")
+    one = one_process[0]
     two = _accelerate(tmp_path / "two", 2)
     fresh = _one_process(tmp_path / "fresh", keep=0)  # a new AdamW each step: what carrying the state avoids
     assert (one["world_size"], two["world_size"]) == (1, 2)
@@ -99,7 +108,7 @@ def test_two_processes_give_the_update_of_one(tmp_path):
 
 
 @pytest.mark.slow
-def test_fsdp2_on_two_ranks_gives_the_update_of_one_and_its_checkpoint_resumes(tmp_path):
+def test_fsdp2_on_two_ranks_gives_the_update_of_one_and_its_checkpoint_resumes(tmp_path, one_process):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
@@ -107,7 +116,7 @@ def test_fsdp2_on_two_ranks_gives_the_update_of_one_and_its_checkpoint_resumes(t
 
     base = AutoModelForCausalLM.from_pretrained(default_model(), dtype=torch.float32).state_dict()
     checkpoint = tmp_path / "checkpoint"
-    one = _one_process(tmp_path / "one", "--save", str(tmp_path / "one" / "checkpoint"))
+    one, one_checkpoint = one_process
     two = _accelerate(tmp_path / "two", 2, "--save", str(checkpoint), config=FSDP2)
     # each rank held about half of every parameter: the model really was sharded
     assert two["world_size"] == 2 and 0.4 < two["held"] < 0.6 and one["held"] == 1.0
@@ -115,7 +124,7 @@ def test_fsdp2_on_two_ranks_gives_the_update_of_one_and_its_checkpoint_resumes(t
     assert _relative(one["weights"], two["weights"], base) < 1e-4
     # the checkpoint after the first call is what one process writes: whole tensors, whole AdamW state
     saved = load_file(str(checkpoint / "model.safetensors"))
-    written = load_file(str(tmp_path / "one" / "checkpoint" / "model.safetensors"))  # one process's save
+    written = load_file(str(one_checkpoint / "model.safetensors"))  # one process's save
     assert saved.keys() == written.keys() and all(saved[k].shape == written[k].shape for k in saved)
     state = torch.load(checkpoint / "rsft_state.pt", weights_only=False)["optimizer"]["state"]
     shapes = {tuple(v.shape) for v in base.values()}
