@@ -396,7 +396,11 @@ def test_a_batch_of_looping_episodes_costs_one_timeout():
     trajs = rollouts(harness_from_source(LOOPS), n=6, concurrency=6, harness_seconds=2.0)
     wall = time.monotonic() - start
     assert {t.failure for t in trajs} == {"timeout"}
-    assert wall < 2.0 * 3, wall  # one 2 s timeout for all six (it used to be six in a row: 12 s)
+    # one 2 s timeout for all six (it used to be six in a row: 12 s): the episodes overlapped, so the batch
+    # took a fraction of their summed times (a load on the machine stretches both alike)
+    each = [t.wall_seconds for t in trajs]
+    print(f"batch {wall:.2f} s, episodes {sum(each):.2f} s in all, each {min(each):.2f}-{max(each):.2f} s")
+    assert min(each) >= 2.0 and wall < 0.5 * sum(each), (wall, each)
 
 
 def test_one_episode_hogging_memory_leaves_the_others_running():
