@@ -24,12 +24,12 @@ from whale_train.errors import CLIError
 @command(
     "compare",
     help="run the methods x domains x seeds grid at matched budgets; the comparison table and plots",
-    description="Run every (domain, method, seed) of a compare config (and its schedule ablation) as "
-    "`whale train` subprocesses at the same rollout budget per domain, --jobs at a time, then write "
-    "compare.md / compare.json and plots. Rerunning on the same --out skips finished runs and continues "
-    "unfinished ones.",
 )
 def arguments(p: argparse.ArgumentParser) -> None:
+    """Run every (domain, method, seed) of a compare config (and its schedule ablation) as `whale
+    train` subprocesses at the same rollout budget per domain, --jobs at a time, then write
+    compare.md / compare.json and plots. Rerunning on the same --out skips finished runs and
+    continues unfinished ones."""
     add_set_option(
         p, "override a config field (dotted for nested: eval.limit=32; a train config field, for every run)"
     )

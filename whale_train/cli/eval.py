@@ -31,14 +31,11 @@ from whale_train.errors import CLIError
 from whale_train.harness_for import load_harness_for
 
 
-@command(
-    "eval",
-    help="evaluate a harness with a model: mean@k, pass@k, traces",
-    description="Run a harness on the tasks of a split, k samples each, and report mean@k ± standard "
-    "error, pass@k, a per-difficulty breakdown and failure categories. Untrusted harness files run in a "
-    "sandboxed worker process.",
-)
+@command("eval", help="evaluate a harness with a model: mean@k, pass@k, traces")
 def arguments(p: argparse.ArgumentParser) -> None:
+    """Run a harness on the tasks of a split, k samples each, and report mean@k ± standard error,
+    pass@k, a per-difficulty breakdown and failure categories. Untrusted harness files run in a
+    sandboxed worker process."""
     add_env_flags(p, CHESS_ID)
     add_harness_flag(p, "chess_puzzles/h0")
     add_model_flags(p)

@@ -11,15 +11,12 @@ from whale_train.errors import CLIError
 from whale_train.pretrain import PretrainConfig, command_line, pretrain
 
 
-@command(
-    "pretrain",
-    help="train the tiny CPU default model from scratch on generated domain text",
-    description="Train a byte-level BPE tokenizer and a tiny Qwen3-architecture model on text generated "
-    "from the chess, math and search generators (several presentation formats per domain), save it "
-    "with save_pretrained, and write a model card (README.md) with its measured accuracy. "
-    "Ctrl-C stops training and saves what is done.",
-)
+@command("pretrain", help="train the tiny CPU default model from scratch on generated domain text")
 def arguments(p: argparse.ArgumentParser) -> None:
+    """Train a byte-level BPE tokenizer and a tiny Qwen3-architecture model on text generated from
+    the chess, math and search generators (several presentation formats per domain), save it with
+    save_pretrained, and write a model card (README.md) with its measured accuracy. Ctrl-C stops
+    training and saves what is done."""
     for f in PretrainConfig.__dataclass_fields__.values():
         flag = "--" + f.name.replace("_", "-")
         default = f.default

@@ -2,6 +2,7 @@
 
     @command("tasks", help="list the tasks of a source and split")
     def arguments(p: argparse.ArgumentParser) -> None:
+        # a docstring here is the paragraph of `whale tasks --help`
         p.add_argument("--env", required=True)
         p.set_defaults(func=cmd_tasks)       # the handler: args -> exit status
 
@@ -12,6 +13,7 @@ the modules were imported (the order ``whale --help`` lists them), and calls its
 from __future__ import annotations
 
 import argparse
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,7 +23,8 @@ Arguments = Callable[[argparse.ArgumentParser], None]
 @dataclass(frozen=True)
 class Command:
     """One subcommand: its name, the line ``whale --help`` shows, the paragraph its own ``--help`` shows
-    (None: none) and the function that adds its arguments and its handler."""
+    (None: none; by default the docstring of ``arguments``) and the function that adds its arguments and
+    its handler."""
 
     name: str
     help: str
@@ -33,14 +36,17 @@ COMMANDS: dict[str, Command] = {}
 
 
 def command(name: str, *, help: str, description: str | None = None) -> Callable[[Arguments], Arguments]:
-    """Register ``arguments(parser)`` as the subcommand ``name`` (a name taken twice is an error)."""
+    """Register ``arguments(parser)`` as the subcommand ``name`` (a name taken twice is an error).
+    ``description``: its ``--help`` paragraph, where it is computed; otherwise the docstring of
+    ``arguments``, reflowed (None without one)."""
 
     def register(arguments: Arguments) -> Arguments:
         if name in COMMANDS:
             raise ValueError(
                 f"two whale commands named {name!r}: {arguments.__module__} and {COMMANDS[name].arguments.__module__}"
             )
-        COMMANDS[name] = Command(name, help, description, arguments)
+        doc = " ".join(inspect.cleandoc(arguments.__doc__).split()) if arguments.__doc__ else None
+        COMMANDS[name] = Command(name, help, description if description is not None else doc, arguments)
         return arguments
 
     return register

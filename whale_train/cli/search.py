@@ -16,14 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from whale_train.cli import common
-from whale_train.cli.common import (
-    add_env_flags,
-    add_model_flags,
-    add_set_option,
-    console,
-    count,
-    make_env,
-)
+from whale_train.cli.common import console, count
 from whale_train.cli.registry import command
 from whale_train.errors import CLIError
 from whale_train.harness_for import load_harness_for
@@ -32,18 +25,15 @@ from whale_train.meta_harness.config import MetaHarnessConfig
 from whale_train.meta_harness.lineage import lineage_report
 
 
-@command(
-    "search",
-    help="harness-only search (Meta-Harness) on a frozen model",
-    description="Propose, check and score new harnesses for a frozen model; keep the best. Resumes an "
-    "existing --out. The seed and the final incumbent are also scored on the held-out test split.",
-)
+@command("search", help="harness-only search (Meta-Harness) on a frozen model")
 def arguments(p: argparse.ArgumentParser) -> None:
-    add_env_flags(p)
+    """Propose, check and score new harnesses for a frozen model; keep the best. Resumes an
+    existing --out. The seed and the final incumbent are also scored on the held-out test split."""
+    common.add_env_flags(p)
     p.add_argument(
         "--iterations", type=count(1), required=True, help="search iterations in total (resumed ones count)"
     )
-    add_model_flags(p)
+    common.add_model_flags(p)
     p.add_argument("--harness", default=None, help="the seed harness (default: the domain's h0)")
     p.add_argument("--out", default=None, help="output folder (default: runs/search-<domain>)")
     p.add_argument(
@@ -58,7 +48,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "--prompt-only", action="store_true", help="change only the seed's prompt text (FST baseline)"
     )
     p.add_argument("--config", default=None, help="a YAML file of MetaHarnessConfig fields")
-    add_set_option(p)
+    common.add_set_option(p)
     p.add_argument(
         "--harness-tasks", type=count(1), default=None, help="search tasks per candidate (default 256)"
     )
@@ -122,7 +112,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             raise CLIError(str(exc)) from None
     out = Path(args.out or f"runs/search-{domain.name}")
     env_kwargs = {"tasks": args.tasks} if args.tasks else {}
-    make_env(args.env, args.tasks, "harness")  # a bad task source is a user error, before any work
+    common.make_env(args.env, args.tasks, "harness")  # a bad task source is a user error, before any work
     seed = load_harness_for(args.harness, args.env) if args.harness else None
     llm = common.load_llm(args)
     start = time.monotonic()

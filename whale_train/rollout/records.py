@@ -46,12 +46,17 @@ class LLMCall:
 
 @dataclass
 class EnvStep:
-    action: str
-    observation: str
+    """One ``env.step`` of an episode, as the trusted side saw it."""
+
+    action: str  #: what the harness sent
+    observation: str  #: what came back (the env's error message above it, for a refused action)
     reward: float
     terminated: bool
     truncated: bool
+    #: the env's message for a refused action (``info["error"]``): it cost a turn, nothing else
     error: str | None = None
+    #: its kind for statistics (``info["error_kind"]``): ``malformed``, ``illegal``, ``budget``, or a
+    #: domain's own (``whale_envs.text_env.ActionError``)
     error_kind: str | None = None
 
 
