@@ -32,7 +32,6 @@ import re
 import string
 import types
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 #: ``IMPORTS[module] = (names, why)``: what a harness may import and use from ``module``. ``names`` is
@@ -215,6 +214,8 @@ SHIPPED_MODULES: frozenset[str] | None = None
 def shipped_harnesses(domain: str | None = None) -> list[str]:
     """Names of the harnesses shipped with the package (``chess_puzzles/h0``, ...): the files of its
     domain folders (``harnesses.loader`` re-exports this)."""
+    from pathlib import Path  # here, not at import: the harness worker starts without it (8 ms)
+
     package = Path(__file__).resolve().parent  # here, not at import: the worker's inlined copy has no file
     names = []
     for path in sorted(package.glob("*/*.py")):
