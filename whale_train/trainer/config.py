@@ -71,32 +71,35 @@ class TrainConfig(Config):
         factory=dict,
         help="keyword arguments of the backend (vllm: engine arguments such as gpu_memory_utilization)",
     )
-    tensor_parallel_size: int = option(1, "vllm in-process engine: GPUs per copy of the model")
+    tensor_parallel_size: int = option(1, "vllm in-process engine: GPUs per copy of the model", minimum=1)
     data_parallel_size: int = option(
         1,
         "copies of the model: vllm serve replicas (backend openai with several base_url and "
         "backend_options.weight_sync, docs/SCALING.md)",
+        minimum=1,
     )
     seed: int = option(0, "seeds the task stream, the rollouts, training and (unless search.seed) the search")
-    budget_rollouts: int = option(20_000, "the rollout budget the run spends (harness and weight phases)")
+    budget_rollouts: int = option(
+        20_000, "the rollout budget the run spends (harness and weight phases)", minimum=1
+    )
     schedule: ScheduleConfig = option(factory=ScheduleConfig, help="when to switch phases")
     rsft: RSFTConfig = option(factory=RSFTConfig, help="the weight operator")
     search: MetaHarnessConfig = option(factory=MetaHarnessConfig, help="the harness operator")
     eval: EvalConfig = option(factory=EvalConfig, help="test evaluation")
-    concurrency: int = option(128, "episodes in flight")
+    concurrency: int = option(128, "episodes in flight", minimum=1)
     report_to: Any = option(
         "tensorboard", "experiment trackers: none, tensorboard, wandb (offline), trackio (local), or a list"
     )
 
     def validate(self) -> None:
+        super().validate()  # the fields' minimum
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; known: {', '.join(METHODS)}")
         if self.harness is None and domain_for(self.env).base_harness is None:  # ValueError: unknown env
             raise ValueError(f"harness: {self.env} has no registered base harness; name its h0 file")
-        if self.budget_rollouts < 1:
-            raise ValueError("budget_rollouts must be positive")
         if self.eval.every not in ("phase", "unit") and not str(self.eval.every).isdigit():
             raise ValueError("eval.every must be 'phase', 'unit' or a number of rollouts")
+        # (eval's ranges here, not as its fields' minimum, so that the message names the key: eval.k)
         if self.eval.k < 1 or self.eval.limit < 0:
             raise ValueError("eval.k must be at least 1 and eval.limit at least 0 (0 = all)")
         if self.eval.select_k < 1 or self.eval.select_limit < 0:
@@ -109,11 +112,7 @@ class TrainConfig(Config):
                 )
         if self.eval.split is not None:
             check_split(self.eval.split)  # ValueError naming the known splits
-        if self.concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
         parse_report_to(self.report_to)
-        if self.tensor_parallel_size < 1 or self.data_parallel_size < 1:
-            raise ValueError("tensor_parallel_size and data_parallel_size must be >= 1")
         if self.data_parallel_size > 1:  # vLLM 0.33 refuses LLM(data_parallel_size > 1) in one process
             raise ValueError(
                 "data_parallel_size > 1: run `vllm serve --data-parallel-size N` (or N servers) and the openai "
