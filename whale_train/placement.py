@@ -109,25 +109,54 @@ def _train_env() -> dict[str, str]:
     return env
 
 
+#: The zygote of :mod:`whale_train.warm_start` that :func:`train_one` hands its runs to, while
+#: :func:`warm_starts` holds one.
+_WARM: list[Any] = []
+
+
+@contextlib.contextmanager
+def warm_starts() -> Iterator[None]:
+    """Within this, :func:`train_one` forks its runs from one zygote that has already imported the heavy
+    libraries (:mod:`whale_train.warm_start`; started by the first run it can take, ended here). Nothing
+    changes where warm starts are off."""
+    from whale_train import warm_start
+
+    starter = warm_start.starter(_train_env())
+    if starter is not None:
+        _WARM.append(starter)
+    try:
+        yield
+    finally:
+        if starter is not None:
+            _WARM.remove(starter)
+            starter.close()
+
+
 def train_one(
     config_path: Path,
     run_dir: Path,
     extra_env: dict[str, str] | None = None,
 ) -> int:
-    """``whale train CONFIG --out RUN --resume --no-report`` in a subprocess; its output goes to
-    ``RUN/train.log``. ``--resume`` starts a new run as well and continues an unfinished one. The runs of
-    a grid share one evaluation cache beside them (``--eval-cache RUN/../.eval-cache``). The
-    subprocess is killed when the thread that started it dies (a killed ``whale compare``, a lost Ray
-    worker): a run left running would go on writing the folder that the next ``--resume`` continues."""
+    """``whale train CONFIG --out RUN --resume --no-report`` in a subprocess (forked from the zygote
+    within :func:`warm_starts`, where it can take the run); its output goes to ``RUN/train.log``.
+    ``--resume`` starts a new run as well and continues an unfinished one. The runs of a grid share one
+    evaluation cache beside them (``--eval-cache RUN/../.eval-cache``). The subprocess is killed when the
+    thread that started it (or the zygote) dies (a killed ``whale compare``, a lost Ray worker): a run left
+    running would go on writing the folder that the next ``--resume`` continues."""
     run_dir.mkdir(parents=True, exist_ok=True)
     cache = run_dir.parent / ".eval-cache"
     args = ["--out", str(run_dir), "--resume", "--no-report", "--eval-cache", str(cache)]
+    env = {**_train_env(), **(extra_env or {})}
     with open(run_dir / "train.log", "a", encoding="utf-8") as log:
         log.write(f"\n$ whale train {config_path} {' '.join(args)}\n")
         log.flush()
+        for starter in _WARM[-1:]:
+            code = starter.run(["train", str(config_path), *args], env, log.fileno())
+            if code is not None:
+                return code
         proc = subprocess.run(
             [sys.executable, "-m", "whale_train.cli", "train", str(config_path), *args],
-            env={**_train_env(), **(extra_env or {})},
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

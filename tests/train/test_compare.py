@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.procs import running, running_children
+from tests.procs import carrying, running, running_children
 from tests.train.conftest import SMOKE_KILLED
 from whale_train.compare import (
     CompareConfig,
@@ -922,7 +922,7 @@ def test_a_killed_decisive_grid_resumes_without_redoing_finished_runs(tmp_path):
     }
     grid = _write(tmp_path / "decisive-smoke.yaml", data)
     out = tmp_path / "out"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "WHALE_WARM_START"} | {"HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "whale_train.cli", "compare", str(grid), "--out", str(out), "--jobs", "2"]
     resumed = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, cwd=ROOT)
     assert resumed.returncode == 2 and "holds no grid" in resumed.stderr  # nothing to resume yet
@@ -930,10 +930,14 @@ def test_a_killed_decisive_grid_resumes_without_redoing_finished_runs(tmp_path):
         cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     deadline = time.monotonic() + 600
-    while not (_finished(out) and running_children(first.pid)):
+
+    def in_flight() -> list[int]:  # the zygote of the warm starts (the default) and the runs forked from it
+        zygotes = [p for p in running_children(first.pid) if p in carrying("whale_train.warm_start")]
+        return [*zygotes, *(run for z in zygotes for run in running_children(z))]
+
+    while not (_finished(out) and len(runs := in_flight()) > 1):
         assert first.poll() is None and time.monotonic() < deadline, "the grid ended or took 10 minutes"
         time.sleep(0.2)
-    runs = running_children(first.pid)  # the whale train runs in flight
     os.kill(first.pid, signal.SIGKILL)  # only `whale compare`: its runs must not go on writing their folders
     first.wait()
     while (left := [pid for pid in runs if running(pid)]) and time.monotonic() < deadline:

@@ -3,6 +3,7 @@ states that make ``--resume`` skip finished runs and continue killed ones, one w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -135,7 +136,8 @@ def run_grid(
                 jobs = len(todo)
             elif devices is not None:
                 jobs = min(jobs, devices.slots)
-            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            warm = placement.warm_starts() if ray is None and devices is None else contextlib.nullcontext()
+            with warm, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
                 list(pool.map(work, todo))
         if postponed:
             log(
