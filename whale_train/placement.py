@@ -17,19 +17,18 @@ never has two writers. Every attempt appends a line to ``RUN/placement.jsonl`` (
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from whale_train import warm_start
 
 
 def visible_devices(devices: str | None = None) -> list[str]:
@@ -90,18 +89,6 @@ def record_placement(run_dir: Path, **extra: Any) -> None:
         fh.write(json.dumps(line) + "\n")
 
 
-def parent_death_signal() -> Callable[[], Any] | None:
-    """A ``preexec_fn`` for a child that must not outlive the thread that starts it (Linux:
-    ``PR_SET_PDEATHSIG``, SIGKILL); None where there is no ``prctl``. libc is loaded here, in the parent:
-    between fork and exec the child only calls the function (a ``dlopen`` there could deadlock on a lock
-    another thread held at the fork)."""
-    try:
-        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux: a retried run may then overlap a leftover child
-        return None
-    return functools.partial(prctl, 1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
-
-
 def _train_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
@@ -119,8 +106,6 @@ def warm_starts() -> Iterator[None]:
     """Within this, :func:`train_one` forks its runs from one zygote that has already imported the heavy
     libraries (:mod:`whale_train.warm_start`; started by the first run it can take, ended here). Nothing
     changes where warm starts are off."""
-    from whale_train import warm_start
-
     starter = warm_start.starter(_train_env())
     if starter is not None:
         _WARM.append(starter)
@@ -160,7 +145,7 @@ def train_one(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=parent_death_signal(),
+            preexec_fn=warm_start.parent_death_signal(),
         )
     return proc.returncode
 

@@ -30,6 +30,8 @@ fresh. ``ps`` shows a warm-started run under the zygote's command line.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
 import select
@@ -39,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Any
 
 ENV = "WHALE_WARM_START"
@@ -47,6 +50,18 @@ PRELOAD = ("torch", "transformers", "datasets", "trl")
 #: Variables a run may set differently from the zygote: read by WHALE's own modules, which each run
 #: imports itself.
 RUN_VARIABLES = "WHALE_"
+
+
+def parent_death_signal() -> Callable[[], Any] | None:
+    """A ``preexec_fn`` for a child that must not outlive the thread that starts it (Linux:
+    ``PR_SET_PDEATHSIG``, SIGKILL); None where there is no ``prctl``. libc is loaded here, in the parent:
+    between fork and exec the child only calls the function (a ``dlopen`` there could deadlock on a lock
+    another thread held at the fork)."""
+    try:
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: a retried run may then overlap a leftover child
+        return None
+    return functools.partial(prctl, 1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
 
 
 class WarmStarter:
@@ -60,8 +75,6 @@ class WarmStarter:
         self._ready: bool | None = None
 
     def _start(self) -> None:
-        from whale_train.placement import parent_death_signal
-
         self._dir = tempfile.TemporaryDirectory(prefix="whale-warm-")
         self.socket_path = os.path.join(self._dir.name, "zygote")
         self._errors = open(os.path.join(self._dir.name, "zygote.err"), "w+b")  # noqa: SIM115 - closed in close()
@@ -193,8 +206,6 @@ def _serve(path: str) -> dict[str, Any]:
 def _become_run(log_fd: int, sockets: list[socket.socket]) -> None:
     """In a freshly forked child: dies with the zygote, takes the default Ctrl-C, drops the zygote's
     sockets, and writes to the run's log."""
-    from whale_train.placement import parent_death_signal
-
     set_death_signal = parent_death_signal()
     if set_death_signal is not None:
         set_death_signal()
