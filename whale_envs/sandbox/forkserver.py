@@ -70,7 +70,7 @@ class _ForkServer:
         self.sock.close()  # the server's waiting child sees the end of the socket; both exit
         try:
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):  # Ctrl-C at exit: no traceback for it
             self.proc.kill()
             self.proc.wait()
         try:
