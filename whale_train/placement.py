@@ -98,7 +98,7 @@ def _train_env() -> dict[str, str]:
 
 #: The zygote of :mod:`whale_train.warm_start` that :func:`train_one` hands its runs to, while
 #: :func:`warm_starts` holds one.
-_WARM: list[Any] = []
+_WARM: list[warm_start.WarmStarter] = []
 
 
 @contextlib.contextmanager
@@ -135,10 +135,9 @@ def train_one(
     with open(run_dir / "train.log", "a", encoding="utf-8") as log:
         log.write(f"\n$ whale train {config_path} {' '.join(args)}\n")
         log.flush()
-        for starter in _WARM[-1:]:
-            code = starter.run(["train", str(config_path), *args], env, log.fileno())
-            if code is not None:
-                return code
+        code = _WARM[-1].run(["train", str(config_path), *args], env, log.fileno()) if _WARM else None
+        if code is not None:
+            return code
         proc = subprocess.run(
             [sys.executable, "-m", "whale_train.cli", "train", str(config_path), *args],
             env=env,
