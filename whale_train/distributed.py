@@ -296,8 +296,26 @@ class DistributedUpdater:
 
 
 def stop_followers() -> None:
-    """Rank 0 is done (or failed): every other rank leaves :func:`follow`."""
+    """Rank 0 is done (or failed): every other rank leaves :func:`follow`, and every rank its process
+    group."""
     _broadcast(("stop", None))
+    _leave()
+
+
+def _leave() -> None:
+    """Every rank together, after ``stop``: tear the process group down before the interpreter exits.
+    A rank left to exit with it running has died at exit ("terminate called without an active
+    exception", SIGABRT: gloo's threads destroyed while running), failing a run that had finished. The
+    barrier first: no rank tears down its connections while another still reads ``stop`` from them."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    try:
+        dist.barrier()
+    except (RuntimeError, dist.DistError):  # a peer is gone: nothing left to wait for
+        pass
+    dist.destroy_process_group()
 
 
 def follow(trainer: Any, load: Any = None) -> int:
@@ -308,6 +326,7 @@ def follow(trainer: Any, load: Any = None) -> int:
     while True:
         command, arg = _broadcast()
         if command == "stop":
+            _leave()
             return calls
         if command == "train":
             trainer.train(arg)
