@@ -9,9 +9,9 @@ import os
 import secrets
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
+from whale_envs.sandbox import scratch
 from whale_envs.sandbox.process import Limits
 
 #: Packages of this project: hidden from the sandbox even when the installed packages are visible.
@@ -83,7 +83,7 @@ def sandbox_uid() -> int:
 
 def prepare(code: str, limits: Limits, isolation: str) -> tuple[Path, dict]:
     """A private temporary folder holding the code, and the boot configuration for it."""
-    tmp = Path(tempfile.mkdtemp(prefix="whale-sandbox-"))
+    tmp = scratch.private_dir()
     uid = sandbox_uid() if os.geteuid() == 0 else None
     code_path = tmp / "code.py"
     code_path.write_text(code, encoding="utf-8", errors="replace")

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from whale_envs.sandbox import bundle, config
+from whale_envs.sandbox import bundle, config, scratch
 from whale_envs.sandbox.forkserver import (
     BOOT,
     CALLS,
@@ -124,7 +123,7 @@ def run(
         if pooled is not None:
             refill(limits, isolation)
         if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+            scratch.remove(tmp)
 
 
 def start_program(tmp: Path, cfg: dict, isolation: str) -> SandboxProcess:
@@ -143,6 +142,6 @@ def start_program(tmp: Path, cfg: dict, isolation: str) -> SandboxProcess:
         )
     except OSError as exc:
         stderr_file.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        scratch.remove(tmp)
         raise RuntimeError(f"cannot start the interpreter: {exc}") from None
     return SandboxProcess(proc, tmp, cfg["uid"], isolation, stderr_file)

@@ -15,11 +15,10 @@ import os
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 
-from whale_envs.sandbox import bundle
+from whale_envs.sandbox import bundle, scratch
 from whale_envs.sandbox.config import BOOT_ENV, boot_python
 from whale_envs.sandbox.process import kill_tree
 
@@ -39,8 +38,8 @@ class _ForkServer:
 
     def __init__(self) -> None:
         #: An empty directory each call mounts its root on, in its own mount namespace (the server
-        #: removes it when it exits).
-        self.root = tempfile.mkdtemp(prefix="whale-sandbox-root-")
+        #: removes it when it exits; a private folder: no sweep takes it while this process lives).
+        self.root = str(scratch.private_dir())
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
@@ -55,7 +54,7 @@ class _ForkServer:
             )
         except BaseException:
             mine.close()
-            os.rmdir(self.root)
+            scratch.remove(self.root)
             raise
         finally:
             theirs.close()
@@ -73,10 +72,7 @@ class _ForkServer:
         except (subprocess.TimeoutExpired, KeyboardInterrupt):  # Ctrl-C at exit: no traceback for it
             self.proc.kill()
             self.proc.wait()
-        try:
-            os.rmdir(self.root)  # the server removes it itself, unless it was killed
-        except OSError:
-            pass
+        scratch.remove(self.root)  # the server removes it itself, unless it was killed
 
 
 class _ServedCall:

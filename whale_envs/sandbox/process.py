@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from whale_envs.sandbox import scratch
 
 #: The boot program's exit status when the jail itself could not be built (``SANDBOX-SETUP:`` on stderr).
 BOOT_SETUP_FAILED = 120
@@ -178,7 +179,7 @@ class SandboxProcess:
             except OSError:
                 pass
         self._stderr.close()
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        scratch.remove(self._tmp)
 
 
 def collect(proc: subprocess.Popen, limits: Limits, start: float) -> tuple[bytes, bytes, str | None, bool]:
