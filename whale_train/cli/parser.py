@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Sequence
 
 from rich.markup import escape
@@ -11,6 +12,7 @@ from whale_envs.tasks import TaskSourceError
 from whale_train.cli.common import DefaultsFormatter, Interrupted, Parser, errors, version
 from whale_train.cli.registry import COMMANDS
 from whale_train.errors import CLIError
+from whale_train.warm_start import imports_frozen
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,9 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _loads_a_model(args: argparse.Namespace) -> bool:
+    """Whether the command imports PyTorch and transformers first thing: training, or a model run in
+    this process."""
+    if args.command in ("train", "pretrain"):
+        return not getattr(args, "fields", False)
+    return getattr(args, "backend", None) in ("transformers", "vllm")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``whale ARGV``; the exit status (a user error is one line on stderr and 2, Ctrl-C 130)."""
-    args = build_parser().parse_args(argv)
+    """Run ``whale ARGV``; the exit status (a user error is one line on stderr and 2, Ctrl-C 130).
+    As a process's own command line (``argv`` None) the start-up imports run with the garbage collector
+    paused and are frozen after (``warm_start.imports_frozen``)."""
+    with imports_frozen() if argv is None else contextlib.nullcontext():
+        args = build_parser().parse_args(argv)
+        if argv is None and _loads_a_model(args):
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
     if getattr(args, "allow_unisolated", False):
         from whale_envs.sandbox import allow_unisolated
 
