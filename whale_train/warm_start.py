@@ -55,19 +55,17 @@ RUN_VARIABLES = "WHALE_"
 
 
 @contextlib.contextmanager
-def imports_frozen() -> Iterator[None]:
-    """Run the block (a process's start-up imports) with Python's cyclic garbage collector paused, then
-    freeze what the process holds (``gc.freeze``: later collections no longer walk it) and collect
-    again. Importing PyTorch and transformers makes about a million long-lived objects, and the
-    collector walked the growing heap again and again meanwhile: 1.1-1.5 s of the 7 s of CPU those
-    imports took here. Frozen, they are left alone by a long run's collections too, and in a forked
-    child stay shared with the parent (a collection writes to every object it walks)."""
+def gc_paused() -> Iterator[None]:
+    """Run the block (a process's start-up imports) with Python's cyclic garbage collector paused.
+    Importing PyTorch and transformers makes about a million long-lived objects, and the collector
+    walked the growing heap again and again meanwhile: 1.1-1.5 s of the 7 s of CPU those imports took
+    here. Nothing is frozen: ``rsft.update.step_garbage_only`` freezes the heap around each step
+    itself, and does so only where nothing else has."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
         if was_enabled:
             gc.enable()
 
@@ -243,7 +241,7 @@ def _become_run(log_fd: int, sockets: list[socket.socket]) -> None:
 def main() -> None:
     import importlib
 
-    with imports_frozen():
+    with gc_paused():
         for name in PRELOAD:
             importlib.import_module(name)
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401 - the lazy modules a run loads

@@ -12,7 +12,7 @@ from whale_envs.tasks import TaskSourceError
 from whale_train.cli.common import DefaultsFormatter, Interrupted, Parser, errors, version
 from whale_train.cli.registry import COMMANDS
 from whale_train.errors import CLIError
-from whale_train.warm_start import imports_frozen
+from whale_train.warm_start import gc_paused
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,10 +56,11 @@ def _loads_a_model(args: argparse.Namespace) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``whale ARGV``; the exit status (a user error is one line on stderr and 2, Ctrl-C 130).
     As a process's own command line (``argv`` None) the start-up imports run with the garbage collector
-    paused and are frozen after (``warm_start.imports_frozen``)."""
-    with imports_frozen() if argv is None else contextlib.nullcontext():
+    paused (``warm_start.gc_paused``)."""
+    own_process = argv is None
+    with gc_paused() if own_process else contextlib.nullcontext():
         args = build_parser().parse_args(argv)
-        if argv is None and _loads_a_model(args):
+        if own_process and _loads_a_model(args):
             import torch  # noqa: F401
             import transformers  # noqa: F401
     if getattr(args, "allow_unisolated", False):
