@@ -49,7 +49,7 @@ import signal
 import sys
 import traceback
 
-from whale_envs._children import isolate_episode, reap_exited
+from whale_envs._children import isolate_episode, packed_syscall_filter, reap_exited
 
 #: The longest message an episode may send (an action, a prompt); a longer one ends the episode.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -450,6 +450,8 @@ def main() -> None:
 
         first["prepared"] = prepare(first["source"], first.get("filename", "<harness>"))
         import harnesses.base  # noqa: F401  (imported once, before the forks)
+
+        packed_syscall_filter("E")  # the episodes' allow-list, built once, before the forks
     except BaseException as exc:  # noqa: BLE001
         os.write(
             out_fd,

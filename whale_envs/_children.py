@@ -352,6 +352,23 @@ def syscall_filter(profile, machine=None):
     return prog
 
 
+def packed_syscall_filter(profile):
+    """The program of :func:`syscall_filter` for this machine as the kernel reads it (``struct
+    sock_filter``: u16 code, u8 jt, u8 jf, u32 k, native byte order), or None; built once per process.
+    The worker's template calls it before it forks its episodes, so an episode only copies the bytes:
+    building the program as ctypes objects in each freshly forked episode took about 5 ms of CPU
+    (most of an episode's isolation) against 0.1 ms."""
+    if profile not in _PACKED:
+        import struct
+
+        prog = syscall_filter(profile)
+        _PACKED[profile] = None if prog is None else b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+    return _PACKED[profile]
+
+
+_PACKED = {}
+
+
 def install_syscall_filter(profile, libc=None):
     """Install the allow-list of ``profile`` on this thread's process (its children and any program it
     ``exec``s inherit it; filters stack, so a later one can only take more away). Needs
@@ -359,24 +376,16 @@ def install_syscall_filter(profile, libc=None):
     architecture without a column in :data:`SYSCALLS` (the namespaces still hold)."""
     import ctypes
 
-    prog = syscall_filter(profile)
-    if prog is None:
+    packed = packed_syscall_filter(profile)
+    if packed is None:
         return
     libc = libc or ctypes.CDLL(None, use_errno=True)
 
-    class Filter(ctypes.Structure):
-        _fields_ = [
-            ("code", ctypes.c_uint16),
-            ("jt", ctypes.c_uint8),
-            ("jf", ctypes.c_uint8),
-            ("k", ctypes.c_uint32),
-        ]
+    class Program(ctypes.Structure):  # struct sock_fprog
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
-
-    filters = (Filter * len(prog))(*[Filter(*ins) for ins in prog])
-    program = Program(len(prog), filters)
+    instructions = ctypes.create_string_buffer(packed, len(packed))
+    program = Program(len(packed) // 8, ctypes.addressof(instructions))
     for what, ret in (
         ("no_new_privs", libc.prctl(38, 1, 0, 0, 0)),  # PR_SET_NO_NEW_PRIVS (the sandbox set it already)
         ("seccomp filter", libc.prctl(22, 2, ctypes.byref(program), 0, 0)),  # PR_SET_SECCOMP, MODE_FILTER

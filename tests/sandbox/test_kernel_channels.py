@@ -357,6 +357,19 @@ def test_the_allow_list_refuses_what_is_not_listed(profile, machine):
         assert verdict(prog, arch, 0x40000000 | 0) == EPERM  # x32
 
 
+@pytest.mark.parametrize("profile", ["T", "W", "E"])
+def test_the_installed_bytes_are_the_checked_program(profile):
+    """What ``install_syscall_filter`` hands the kernel (``packed_syscall_filter``, built once per
+    process) is the program the test above checks, instruction by instruction, in the kernel's layout."""
+    import struct
+
+    from whale_envs._children import packed_syscall_filter, syscall_filter
+
+    packed = packed_syscall_filter(profile)
+    assert packed is packed_syscall_filter(profile)  # built once
+    assert list(struct.iter_unpack("=HBBI", packed)) == syscall_filter(profile)
+
+
 def test_only_the_template_makes_namespaces():
     from whale_envs._children import SYSCALLS
 

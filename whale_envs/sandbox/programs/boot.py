@@ -36,7 +36,7 @@ import signal
 import stat
 import sys
 
-from whale_envs._children import install_syscall_filter, reap_exited
+from whale_envs._children import install_syscall_filter, packed_syscall_filter, reap_exited
 
 SETUP_FAILED = 120
 
@@ -329,6 +329,8 @@ def _serve(control_fd, root):
     import socket
 
     control = socket.socket(fileno=control_fd)
+    for profile in ("T", "W"):  # the calls' allow-lists, built once (each forked child only copies one)
+        packed_syscall_filter(profile)
     while True:
         taken_r, taken_w = os.pipe()
         child = os.fork()
