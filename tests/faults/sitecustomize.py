@@ -2,8 +2,11 @@
 ``whale train`` subprocess at one point of one unit, as a power cut would.
 
 Python imports ``sitecustomize`` at start-up from the first folder of ``sys.path`` that has one; the
-tests put this folder first on ``PYTHONPATH`` (``tests/crash.py``) only for the processes they mean
-to kill, so nothing of this reaches the trainer otherwise. The points:
+tests put this folder first on ``PYTHONPATH`` (``tests/crash.py``; every run of ``tests/warm.py``, so
+that killed and straight runs can be forked from one warm zygote). It reads ``WHALE_CRASH_AT`` when the
+process imports ``whale_train.trainer``, not at start-up: a run forked from a zygote gets its
+environment after the zygote's start-up and imports WHALE's modules itself. Without the variable
+nothing of this reaches the trainer. The points:
 
     unit_start@U    before unit U runs (an RSFT step or a harness iteration)
     unit_done@U     after unit U ran, before the trainer records it
@@ -14,8 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
-
-_AT = os.environ.get("WHALE_CRASH_AT", "")
+import sys
 
 
 def _kill() -> None:
@@ -55,6 +57,30 @@ def _install(point: str, unit: int) -> None:
         raise SystemExit(f"WHALE_CRASH_AT: unknown point {point!r} (unit_start, unit_done, before_state)")
 
 
-if _AT:
-    _point, _, _unit = _AT.partition("@")
-    _install(_point, int(_unit))
+class _WhenTrainerLoads:
+    """A meta-path finder that wraps the loader of ``whale_train.trainer``: once the package has run,
+    it installs the fault that ``WHALE_CRASH_AT`` names (if any) and steps aside."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "whale_train.trainer":
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_install(module):
+            exec_module(module)
+            sys.meta_path.remove(self)
+            at = os.environ.get("WHALE_CRASH_AT", "")
+            if at:
+                point, _, unit = at.partition("@")
+                _install(point, int(unit))
+
+        spec.loader.exec_module = exec_and_install
+        return spec
+
+
+sys.meta_path.insert(0, _WhenTrainerLoads())

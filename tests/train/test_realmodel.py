@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from harnesses.loader import load_harness
-from tests.crash import crash_env
+from tests.warm import whale_train
 from whale_train.cli import main
 from whale_train.llm.base import Request, SamplingParams
 from whale_train.llm.hf import TransformersLLM
@@ -157,13 +157,9 @@ def run_config(model: str, lora: bool) -> dict:
 
 
 def train(config: Path, out: Path, crash: str | None = None, resume: bool = False) -> int:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    env.pop("WHALE_CRASH_AT", None)
-    env.update(crash_env(crash) if crash else {})
-    cmd = [sys.executable, "-m", "whale_train.cli", "train", str(config), "--out", str(out), "--no-report"]
-    return subprocess.run(
-        cmd + (["--resume"] if resume else []), env=env, capture_output=True, text=True
-    ).returncode
+    """``whale train`` in a subprocess (forked warm: ``tests/warm.py``), SIGKILLed at ``crash``."""
+    args = [str(config), "--out", str(out), "--no-report", *(["--resume"] if resume else [])]
+    return whale_train(args, {"WHALE_CRASH_AT": crash} if crash else {}).returncode
 
 
 def evaluations(run: Path) -> list:

@@ -14,6 +14,7 @@ import yaml
 
 from tests.crash import crash_env
 from tests.folder_archive import unpack
+from tests.warm import whale_train
 from whale_train.llm import SHIPPED_MODEL
 from whale_train.report import write_report
 from whale_train.trainer import Run, TrainConfig
@@ -79,11 +80,14 @@ def comparable(events: list[dict], skip: tuple[str, ...] = ("start",)) -> list[d
     return [{k: e[k] for k in COMPARABLE if k in e} for e in events if e["event"] not in skip]
 
 
-def train_cli(config: Path, out: Path, *, resume: bool = False, env: dict | None = None):
-    """``whale train CONFIG --out OUT --no-report [--resume]`` in a subprocess, offline."""
-    cmd = [sys.executable, "-m", "whale_train.cli", "train", str(config), "--out", str(out), "--no-report"]
+def train_cli(config: Path, out: Path, *, resume: bool = False, env: dict | None = None, warm: bool = True):
+    """``whale train CONFIG --out OUT --no-report [--resume]`` in a subprocess, offline: forked warm
+    (``tests/warm.py``: stdout and stderr together in ``stdout``) unless ``warm`` is false."""
+    args = [str(config), "--out", str(out), "--no-report", *(["--resume"] if resume else [])]
+    if warm:
+        return whale_train(args, env)
     return subprocess.run(
-        cmd + (["--resume"] if resume else []),
+        [sys.executable, "-m", "whale_train.cli", "train", *args],
         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
         capture_output=True,
         text=True,
@@ -336,7 +340,7 @@ def test_a_second_writer_of_a_run_directory_is_refused_in_one_line(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        second = train_cli(config, out)
+        second = train_cli(config, out, warm=False)
         assert second.returncode == 2, second.stderr
         assert f"another whale train (pid {holder.pid}) is writing to {out}" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1 and "Traceback" not in second.stderr
@@ -345,7 +349,7 @@ def test_a_second_writer_of_a_run_directory_is_refused_in_one_line(tmp_path):
         holder.kill()
         holder.wait()
     again = train_cli(config, out)  # its holder is gone
-    assert again.returncode == 0, again.stderr
+    assert again.returncode == 0, again.stdout
     assert units(ledger(out))
 
 
