@@ -192,7 +192,7 @@ def check_harness(
     import whale_envs  # noqa: F401  (registers the envs)
     from whale_train.evaluation import TaskSet, evaluate
     from whale_train.null_llms import LogLikelihoodNull, OtherTaskReal, PlausibleWrong, derangement_swaps
-    from whale_train.rollout import EpisodeLimits
+    from whale_train.rollout import EpisodeLimits, reusing_workers
 
     name = str(harness.name if isinstance(harness, HarnessRef) else harness)
     report = HarnessReport(name, env_id)
@@ -256,45 +256,46 @@ def check_harness(
     )
     task_sets = [TaskSet({**base_kwargs, "split": split}, ids) for split, ids in groups]
     replays: dict[tuple, bool] = {}
-    for model, mode in zip(models, labels, strict=True):
+    with reusing_workers():  # the stand-ins that show the same model flags share one sandboxed worker
+        for model, mode in zip(models, labels, strict=True):
 
-        def tick(_t, mode=mode):
-            nonlocal done
-            done += 1
-            if progress is not None:
-                progress(done, total, mode)
+            def tick(_t, mode=mode):
+                nonlocal done
+                done += 1
+                if progress is not None:
+                    progress(done, total, mode)
 
-        trajs = evaluate(
-            ref,
-            env_id,
-            model,
-            task_sets,
-            k=1,
-            seed=seed,
-            concurrency=16,
-            trusted=trusted,
-            limits=limits,
-            progress=tick,
-        ).trajectories
-        report.episodes += len(trajs)
-        _episode_problems(trajs, mode, report)
-        report.null_scores[mode] = sum(t.solved for t in trajs) / max(1, len(trajs))
-        n, hits = len(trajs), sum(bool(t.solved) for t in trajs)
-        level = min(1.0, OTHER_TASK_FACTOR * q) if isinstance(model, OtherTaskReal) else q
-        p_value = binomial_tail(n, hits, level)
-        if not hits or p_value >= alpha:
-            continue
-        # Above chance: do its actions solve *their own* task more often than other tasks?
-        solved = _replayed(env_id, trajs, groups, base_kwargs, seed, replays)
-        p_own = own_task_tail(solved)
-        if p_own < alpha:
-            report.problems.append(
-                f"solver: with the {mode} stand-in model it solves {hits} of {n} tasks; at a success "
-                f"rate of {level:.3f} (chance level {report.chance:.3f}) that has probability {p_value:.1e}, and "
-                f"its actions solve other tasks {sum(sum(r) for _, r in solved)} times in "
-                f"{sum(len(r) for _, r in solved)} replays: its own task that often has probability "
-                f"{p_own:.1e} (both < {alpha:.1e}): the harness solves tasks without the model"
-            )
+            trajs = evaluate(
+                ref,
+                env_id,
+                model,
+                task_sets,
+                k=1,
+                seed=seed,
+                concurrency=16,
+                trusted=trusted,
+                limits=limits,
+                progress=tick,
+            ).trajectories
+            report.episodes += len(trajs)
+            _episode_problems(trajs, mode, report)
+            report.null_scores[mode] = sum(t.solved for t in trajs) / max(1, len(trajs))
+            n, hits = len(trajs), sum(bool(t.solved) for t in trajs)
+            level = min(1.0, OTHER_TASK_FACTOR * q) if isinstance(model, OtherTaskReal) else q
+            p_value = binomial_tail(n, hits, level)
+            if not hits or p_value >= alpha:
+                continue
+            # Above chance: do its actions solve *their own* task more often than other tasks?
+            solved = _replayed(env_id, trajs, groups, base_kwargs, seed, replays)
+            p_own = own_task_tail(solved)
+            if p_own < alpha:
+                report.problems.append(
+                    f"solver: with the {mode} stand-in model it solves {hits} of {n} tasks; at a success "
+                    f"rate of {level:.3f} (chance level {report.chance:.3f}) that has probability {p_value:.1e}, and "
+                    f"its actions solve other tasks {sum(sum(r) for _, r in solved)} times in "
+                    f"{sum(len(r) for _, r in solved)} replays: its own task that often has probability "
+                    f"{p_own:.1e} (both < {alpha:.1e}): the harness solves tasks without the model"
+                )
     report.problems = list(dict.fromkeys(report.problems))
     return report
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-import whale_train.rollout.executors as executors
+import whale_train.rollout.workers as workers
 from harnesses.loader import shipped_harnesses
 from harnesses.validate import HarnessValidationError, ValidationReport, load_class, validate_source
 from tests.sandbox.test_harness_worker import (  # noqa: F401 - unlinted: a fixture
@@ -385,12 +385,12 @@ def test_an_episode_is_refused_where_its_namespaces_cannot_be_made(unlinted, mon
         )
 
     ref = unlinted("env.reset()\nenv.step('report ran')")
-    monkeypatch.setattr(executors, "worker_program", lambda: refusing(""))
+    monkeypatch.setattr(workers, "worker_program", lambda: refusing(""))
     trajs = rollouts(ref, n=2)
     assert all(not t.steps for t in trajs), [reported(t) for t in trajs]
     assert all("cannot run alone" in t.error and "Operation not permitted" in t.error for t in trajs)
     monkeypatch.setattr(
-        executors, "worker_program", lambda: refusing("os.environ['WHALE_SANDBOX_ISOLATION'] = 'none'\n")
+        workers, "worker_program", lambda: refusing("os.environ['WHALE_SANDBOX_ISOLATION'] = 'none'\n")
     )
     assert [reported(t) for t in rollouts(ref, n=2)] == ["report ran"] * 2
 

@@ -18,7 +18,7 @@ import gymnasium as gym
 import pytest
 
 import harnesses.worker as worker
-import whale_train.rollout.executors as executors
+import whale_train.rollout.workers as workers
 from harnesses.loader import HarnessRef, harness_from_source
 from harnesses.validate import shipped_modules
 from tests.procs import carrying
@@ -99,7 +99,7 @@ def unlinted(monkeypatch):
     """The worker loads harness code with full builtins and no validation (a lint bypass)."""
     program = changed_worker_program(UNLINTED)
     assert "_unlinted" in program
-    monkeypatch.setattr(executors, "worker_program", lambda: program)
+    monkeypatch.setattr(workers, "worker_program", lambda: program)
 
     def make(body: str) -> HarnessRef:
         source = "class H:\n    def run(self, env, llm):\n" + "".join(
@@ -325,7 +325,7 @@ def test_the_trusted_side_takes_any_bytes_from_the_worker(monkeypatch, lines):
     """The worker itself (not only an episode) sends garbage: the evaluation ends its episodes with
     the reason and returns; nothing raises in the trusted process."""
     program = f"import os, sys, time\nfor line in {lines!r}:\n    os.write(1, line + b'\\n')\ntime.sleep(5)\n"
-    monkeypatch.setattr(executors, "worker_program", lambda: program)
+    monkeypatch.setattr(workers, "worker_program", lambda: program)
     trajs = rollouts(harness_from_source(HEADER + "class H(Harness): pass\n"), n=2)
     assert len(trajs) == 2
     assert all(t.failure == "harness_error" for t in trajs), [t.error for t in trajs]

@@ -27,7 +27,7 @@ from whale_train.rollout import (
 LICHESS = {"tasks": "lichess", "split": "test"}
 
 
-def lichess_oracle() -> ScriptedLLM:
+def lichess_oracle(chat: bool = True) -> ScriptedLLM:
     """A model that knows the Lichess solutions (the test is trusted; the harness is not)."""
     env = gym.make("whale/Chess-v0", **LICHESS).unwrapped
     answers = {}
@@ -43,7 +43,7 @@ def lichess_oracle() -> ScriptedLLM:
         fen = re.search(r"FEN: (\S+ \S+ \S+ \S+ \S+ \S+)", prompt).group(1)
         return f"<move>{answers[fen]}</move>"
 
-    return ScriptedLLM(reply, chat=True)
+    return ScriptedLLM(reply, chat=chat)
 
 
 @pytest.mark.parametrize("trusted", [True, False])
@@ -147,3 +147,35 @@ def test_the_worker_runs_the_tool_calls_of_different_episodes_at_once():
         assert pool.stats()["max_running"] == 2
     finally:
         workers.configure("sandbox", size)
+
+
+def test_rollouts_in_a_reusing_workers_block_share_a_worker_and_give_the_same_trajectories(monkeypatch):
+    """``reusing_workers`` (``check_harness``'s evaluation per stand-in): the block's rollouts of one
+    harness with the same settings start one sandboxed worker, not one each; another model flag gets a
+    worker of its own; the trajectories are those of rollouts each with a fresh worker; and every worker
+    of the block has ended when the block ends."""
+    from whale_train.rollout import reusing_workers, workers
+
+    started = []
+    spawn = workers.spawn_python
+    monkeypatch.setattr(
+        workers, "spawn_python", lambda *a, **kw: started.append(spawn(*a, **kw)) or started[-1]
+    )
+    harness = load_harness("chess_puzzles/h0")
+    ids = gym.make("whale/Chess-v0", **LICHESS).unwrapped.task_ids[:6]
+
+    def rollouts(chat: bool = True) -> list:
+        oracle = lichess_oracle(chat)
+        config = RolloutConfig(k=2, concurrency=4)
+        trajs = run_rollouts(harness, "whale/Chess-v0", oracle, ids, env_kwargs=LICHESS, config=config)
+        return [(t.task_id, t.reward, [s.action for s in t.steps]) for t in trajs]
+
+    fresh = [rollouts(), rollouts()]
+    assert len(started) == 2
+    started.clear()
+    with reusing_workers():
+        shared = [rollouts(), rollouts(), rollouts(chat=False), rollouts()]
+        assert len(started) == 2  # one for the chat flag, one without it
+        assert all(p.poll() is None for p in started)  # kept for the block's next rollout
+    assert shared[:2] == fresh and shared[3] == fresh[0] and all(r for _, r, _ in shared[2])
+    assert all(p.poll() is not None for p in started)  # ended (and reaped) with the block

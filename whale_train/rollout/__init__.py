@@ -12,7 +12,9 @@ The package, in the order an episode meets it:
 * ``episode`` — ``Episode``, the trusted side of one episode (the handle operations), ``EpisodeLimits``;
 * ``batcher`` — ``Batcher``: the LLM requests of all in-flight episodes, run as large batches;
 * ``records`` — ``Trajectory`` / ``EnvStep`` / ``LLMCall``, their JSON lines, the seeds;
-* ``metrics`` — ``categorize`` (the failure of one episode) and ``summarize`` (mean@k ± SE, pass@k, ...).
+* ``metrics`` — ``categorize`` (the failure of one episode) and ``summarize`` (mean@k ± SE, pass@k, ...);
+* ``workers`` — the sandboxed worker from the trusted side (start, read, write) and
+  ``reusing_workers``: the rollouts of one block share a worker.
 
 Error policy: one episode never breaks an evaluation. A harness exception, a timeout or a limit hit
 ends that episode with the env's reward so far (0 unless solved) and the reason recorded.
@@ -31,6 +33,7 @@ from whale_train.rollout.records import (
     stable_seed,
     write_jsonl,
 )
+from whale_train.rollout.workers import reusing_workers
 
 __all__ = [
     "FAILURES",
@@ -47,6 +50,7 @@ __all__ = [
     "preflight",
     "read_jsonl",
     "run_episodes",
+    "reusing_workers",
     "run_rollouts",
     "stable_seed",
     "summarize",

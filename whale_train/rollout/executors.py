@@ -42,12 +42,12 @@ import gymnasium as gym
 import whale_envs  # noqa: F401  (registers the envs)
 from harnesses.base import ENV_METHODS, EnvProxy, HarnessCallError, LLMProxy
 from harnesses.loader import HarnessRef
-from harnesses.worker import MAX_MESSAGE_BYTES, parse_message, worker_program
-from whale_envs.sandbox import IsolationUnavailable, Limits, spawn_python
+from whale_envs.sandbox import IsolationUnavailable
 from whale_train.llm.base import LLM
 from whale_train.rollout.batcher import Batcher
 from whale_train.rollout.episode import Episode, EpisodeLimits
 from whale_train.rollout.records import Trajectory, stable_seed
+from whale_train.rollout.workers import Worker, keep_or_end, take_idle
 
 MAX_WORKER_RESTARTS = 3
 _ENV_OPS = frozenset(m.name for m in ENV_METHODS)
@@ -266,86 +266,6 @@ def _run_in_process(harness, llm, jobs, new_episode, close_episode, batcher, con
 # ------------------------------------------------------------------------------------- worker
 
 
-class _Worker:
-    """One sandboxed worker process (``whale_envs.sandbox.spawn_python``: no network, no view of the
-    project or the task files, its own uid, rlimits) and the thread that reads its messages."""
-
-    def __init__(
-        self, harness: HarnessRef, has_chat_template: bool, config: RolloutConfig, inbox: queue.Queue
-    ):
-        limits = Limits(
-            wall_s=86_400,
-            cpu_s=86_400,
-            memory_mb=config.worker_memory_mb,
-            # an episode in flight is two processes while it starts (its forked process and the isolated
-            # one, PID 1 of its namespace); one process per episode had forks refused (EAGAIN) under load
-            max_processes=2 * config.concurrency + 32,
-            open_files=4 * config.concurrency + 64,  # the template holds two pipes per episode
-            file_mb=16,
-            site_packages=False,  # the worker needs the standard library only
-            writable_files=False,  # no file an episode could leave for a later one
-        )
-        self.proc = spawn_python(worker_program(), limits)
-        self._lock = threading.Lock()
-        self.inbox = inbox
-        #: episode id -> when its oldest message not yet handled was read (by ``_read``, which only
-        #: reads): the harness's turn ended then, however long the trusted side takes to handle it.
-        self.arrived: dict[int, float] = {}
-        self.send(
-            {
-                "op": "load",
-                "source": harness.source,
-                "filename": harness.filename,
-                "has_chat_template": has_chat_template,
-                "examples": list(config.examples),
-                "episode_memory_bytes": config.episode_memory_mb * 1024 * 1024,
-            }
-        )
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        """Any bytes may come: a message that is not a checked protocol object ends the worker."""
-        stream = self.proc.stdout.buffer
-        try:
-            while True:
-                line = stream.readline(MAX_MESSAGE_BYTES + 2)
-                if not line:
-                    break
-                if not line.endswith(b"\n") and len(line) > MAX_MESSAGE_BYTES:
-                    self.inbox.put(
-                        (self, {"op": "protocol", "error": f"a message over {MAX_MESSAGE_BYTES} bytes"})
-                    )
-                    return
-                now = time.monotonic()
-                msg, why = parse_message(line.rstrip(b"\n"))
-                if msg is None:
-                    self.inbox.put((self, {"op": "protocol", "error": why}))
-                    return
-                eid = msg.get("episode")
-                if isinstance(eid, int):
-                    self.arrived.setdefault(eid, now)
-                self.inbox.put((self, msg))
-        except (OSError, ValueError) as exc:
-            self.inbox.put((self, {"op": "protocol", "error": f"reading the worker failed: {exc}"}))
-            return
-        self.inbox.put((self, {"op": "exit"}))
-
-    def send(self, msg: dict) -> bool:
-        try:
-            with self._lock:  # ASCII: a reply holding a lone surrogate is still a line the pipe takes
-                self.proc.stdin.write(json.dumps(msg, ensure_ascii=True) + "\n")
-                self.proc.stdin.flush()
-            return True
-        except (BrokenPipeError, OSError, ValueError):
-            return False
-
-    def stderr_tail(self, n: int = 1500) -> str:
-        return self.proc.stderr_tail(n)
-
-    def kill(self) -> None:
-        self.proc.close()
-
-
 class _WorkerRun:
     def __init__(self, harness, llm, jobs, new_episode, close_episode, batcher, config: RolloutConfig):
         self.harness = harness
@@ -358,9 +278,8 @@ class _WorkerRun:
         self.inbox: queue.Queue = queue.Queue()
         self.in_flight: dict[int, Episode] = {}
         self.results: list[Trajectory] = []
-        self.next_id = 0
         self.restarts = 0
-        self.worker: _Worker | None = None
+        self.worker: Worker | None = None
         # Env operations of the episodes, off the thread that reads the worker; the lock of an episode
         # keeps its operations (and its end) one at a time, whatever its harness sends.
         self.env_threads = ThreadPoolExecutor(
@@ -385,8 +304,7 @@ class _WorkerRun:
         finally:
             self.env_threads.shutdown(wait=True)
             if self.worker is not None:
-                self.worker.send({"op": "shutdown"})
-                self.worker.kill()
+                keep_or_end(self.worker, busy=bool(self.in_flight))
         return self.results
 
     def _end(self, ep: Episode, error: str | None) -> None:
@@ -398,8 +316,13 @@ class _WorkerRun:
     # ------------------------------------------------------------ worker life
 
     def _start_worker(self) -> bool:
+        chat = bool(self.llm.has_chat_template)
+        reused = take_idle(Worker.settings(self.harness, chat, self.config))
+        if reused is not None:  # loaded and ready already
+            reused.inbox, self.worker = self.inbox, reused
+            return True
         try:
-            self.worker = _Worker(self.harness, bool(self.llm.has_chat_template), self.config, self.inbox)
+            self.worker = Worker(self.harness, chat, self.config, self.inbox)
         except IsolationUnavailable:
             raise  # not the harness's fault: the run stops with the cause and the opt-in
         except RuntimeError as exc:
@@ -439,8 +362,7 @@ class _WorkerRun:
         assert self.worker is not None
         while self.todo and len(self.in_flight) < self.config.concurrency:
             ep = self.new_episode(*self.todo.popleft())
-            eid = self.next_id
-            self.next_id += 1
+            eid = next(self.worker.ids)
             self.in_flight[eid] = ep
             self.locks[ep] = threading.Lock()
             self.batcher.enter(ep)
@@ -483,7 +405,7 @@ class _WorkerRun:
             else:  # a model call only queues its requests: answered when the batcher is done
                 self._serve(ep, eid, msg["method"], args, self.worker)
 
-    def _serve(self, ep: Episode, eid: int, method: str, args: dict, worker: _Worker | None) -> None:
+    def _serve(self, ep: Episode, eid: int, method: str, args: dict, worker: Worker | None) -> None:
         with self.locks.get(ep) or threading.Lock():
             if self.in_flight.get(eid) is not ep:
                 return  # the episode ended meanwhile (killed, its worker died)
@@ -497,7 +419,7 @@ class _WorkerRun:
                 return
         future.add_done_callback(lambda f: self._reply_future(ep, eid, f, worker))
 
-    def _reply_future(self, ep: Episode, eid: int, future: Future, worker: _Worker | None) -> None:
+    def _reply_future(self, ep: Episode, eid: int, future: Future, worker: Worker | None) -> None:
         exc = future.exception()
         value = None if exc else future.result()
         self._reply(ep, eid, value, str(exc) if exc else None, worker, served=True)
@@ -508,7 +430,7 @@ class _WorkerRun:
         eid: int,
         value: Any,
         error: str | None,
-        worker: _Worker | None = None,
+        worker: Worker | None = None,
         served: bool = False,
     ) -> None:
         """Answer a call; ``served``: it was accepted (its harness's next turn starts), else refused."""
