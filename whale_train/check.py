@@ -27,6 +27,7 @@ are drawn from the ``train`` split and, when ``score_tasks`` are given, half fro
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from dataclasses import dataclass, field
@@ -256,8 +257,18 @@ def check_harness(
     )
     task_sets = [TaskSet({**base_kwargs, "split": split}, ids) for split, ids in groups]
     replays: dict[tuple, bool] = {}
-    with reusing_workers():  # the stand-ins that show the same model flags share one sandboxed worker
+    # The model-free stand-ins share a sandboxed worker per model flag (reusing_workers: one worker start
+    # instead of one per stand-in, about 0.1 s of CPU each). An episode is a fork of its worker's
+    # template, which relayed the earlier episodes' messages, so it may meet remnants of the other
+    # model-free stand-ins' outputs, which its own model's outputs already show to be no real model's.
+    # The real model's part (OtherTaskReal: the stand-in a harness cannot tell from the real model) gets
+    # a worker of its own, so nothing there shows the stand-ins ran before it.
+    shared = contextlib.ExitStack()
+    shared.enter_context(reusing_workers())
+    with shared:
         for model, mode in zip(models, labels, strict=True):
+            if isinstance(model, OtherTaskReal):
+                shared.close()  # ends the shared workers
 
             def tick(_t, mode=mode):
                 nonlocal done

@@ -28,20 +28,22 @@ _IDLE = threading.local()
 def reusing_workers():
     """Within the block, this thread's rollouts of one harness with the same settings share one sandboxed
     worker instead of starting one each (a jail, an interpreter and the harness API: about 0.1 s of CPU).
-    ``check_harness`` runs an evaluation of a few tasks per stand-in model. A worker is a template that
-    never runs harness code, and each episode is a fresh process forked from it, so the episodes of a
-    later rollout meet it as more episodes of the same rollout would (ids never repeat). The block's
+    A worker is a template that never runs harness code, and each episode is a fresh process forked from
+    it, so the episodes of a later rollout meet it as more episodes of the same rollout would (ids never
+    repeat), with one consequence that decides where a block may go: the template relays every message
+    of its episodes, and a forked episode is a copy of it, remnants included. So a block holds only
+    rollouts whose episodes may see each other's prompts and replies: ``check_harness``'s model-free
+    stand-ins, never a run's evaluations (the scored split) beside its training rollouts. The block's
     workers are all ended when it ends."""
-    outer = getattr(_IDLE, "workers", None)
-    if outer is None:
-        _IDLE.workers = {}
+    if getattr(_IDLE, "workers", None) is not None:
+        raise RuntimeError("reusing_workers blocks do not nest: an inner one would share the outer's workers")
+    _IDLE.workers = {}
     try:
         yield
     finally:
-        if outer is None:
-            for worker in _IDLE.workers.values():
-                worker.end()
-            _IDLE.workers = None
+        for worker in _IDLE.workers.values():
+            worker.end()
+        _IDLE.workers = None
 
 
 def take_idle(settings: tuple) -> Worker | None:
