@@ -5,10 +5,13 @@ that forward ``env.*`` and ``llm.*`` calls to the trusted process as JSON lines.
 episodes at once, so their LLM calls can be batched on the trusted side.
 
 Episode isolation: the worker is a *template* that never runs harness code. It imports the harness
-API, compiles the harness source once, then ``fork``s one fresh process per episode; the child
-executes the harness module and runs that one episode, talking to the template over its own pair of
-pipes, and is killed (with its process group) when the episode ends. No state flows from one episode
-to another: not class attributes, not module globals, not caches. Nor can two episodes that run at
+API, compiles the harness source once and, before it relays any message, forks the *spawner*, which
+``fork``s one fresh process per episode (a forked process is a copy of its parent's memory: forked from
+the relay, an episode held the prompts and replies the relay had handled for the episodes before it
+and beside it, which full Python reads). The child executes the harness module and runs that one
+episode, talking to the template over its own pair of pipes, and is killed (with its process group)
+when the episode ends. No state flows from one episode to another: not class attributes, not module
+globals, not caches, not the memory of the relay. Nor can two episodes that run at
 once (the samples of one task) reach each other, even with full Python: before any harness code runs,
 each episode enters user, mount, network, IPC, UTS and PID namespaces of its own
 (``whale_envs._children.isolate_episode``): no socket (abstract or named), shared memory, signal,
@@ -47,6 +50,7 @@ import re
 import select
 import signal
 import sys
+import time
 import traceback
 
 from whale_envs._children import isolate_episode, packed_syscall_filter, reap_exited
@@ -238,6 +242,7 @@ class _Template:
         self.out_fd = out_fd
         self.children: dict[int, _Child] = {}  # episode id -> its process
         self.by_fd: dict[int, int] = {}  # read fd -> episode id
+        self.spawner: _Spawner | None = None  # set before the first message is relayed (main)
 
     def emit(self, msg: dict) -> None:
         data = (json.dumps(msg, ensure_ascii=True) + "\n").encode()
@@ -247,46 +252,33 @@ class _Template:
             view = view[n:]
 
     def start(self, episode: int) -> None:
+        """Start an episode: its process is forked by the spawner (never by this relay: see
+        :class:`_Spawner`), given the child's ends of its two pipes and of the pipe it reports on."""
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         pid_r, pid_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(to_child_w)
-            os.close(from_child_r)
-            os.close(pid_r)
-            for child in self.children.values():  # no handle on a sibling's channel
-                for fd in (child.rfd, child.wfd):
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
-            os.close(self.out_fd)  # nor on the template's channel to the trusted process
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):  # stderr is a shared log: an episode must not leave notes there
-                os.dup2(null, fd)
-            _episode(self.first, to_child_r, from_child_w, pid_w)
-        os.close(to_child_r)
-        os.close(from_child_w)
-        os.close(pid_w)
-        answer = _read_all(pid_r).decode("utf-8", "replace")  # until the set-up is over (no harness code yet)
+        try:
+            pid = self.spawner.spawn([to_child_r, from_child_w, pid_w])
+        finally:
+            for fd in (to_child_r, from_child_w, pid_w):
+                os.close(fd)
+        answer = _read_all(pid_r).decode("utf-8", "replace") if pid else ""  # until its set-up is over
         os.close(pid_r)
         os.set_blocking(to_child_w, False)  # a reply never blocks the template for long (to_child)
-        self.children[episode] = _Child(pid, pid, from_child_r, to_child_w)
+        self.children[episode] = _Child(pid or 0, pid or 0, from_child_r, to_child_w)
         self.by_fd[from_child_r] = episode
-        if answer.startswith("pid ") and answer[4:].isdigit():
+        if pid and answer.startswith("pid ") and answer[4:].isdigit():
             self.children[episode].pid = int(answer[4:])
-            if int(answer[4:]) != pid:  # the forked child has exited: collect it now (no zombie counts
-                os.waitpid(pid, 0)  # against the process cap until the next episode ends)
         else:
-            self.end(episode, answer.removeprefix("refused ") or "the episode process died while starting")
+            why = answer.removeprefix("refused ") if pid else "the episode could not be forked"
+            self.end(episode, why or "the episode process died while starting")
 
     def end(self, episode: int, error: str | None = None, report: bool = True) -> None:
         child = self.children.pop(episode, None)
         if child is None:
             return
         self.by_fd.pop(child.rfd, None)
-        for sig_target in (-child.pgid, child.pid):
+        for sig_target in (-child.pgid, child.pid) if child.pgid else ():
             try:
                 os.kill(sig_target, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -302,7 +294,7 @@ class _Template:
 
     def reap(self) -> None:
         """Collect exited processes; kill orphans (a daemon an episode left behind) that came to us."""
-        live = {c.pid for c in self.children.values()}
+        live = {c.pid for c in self.children.values()} | ({self.spawner.pid} if self.spawner else set())
         reap_exited()
         try:
             for entry in os.listdir("/proc"):
@@ -411,6 +403,90 @@ class _Template:
                     self.from_child(self.by_fd[fd])
 
 
+class _Spawner:
+    """The process every episode is forked from, itself forked from the template before the template
+    relays its first message. An episode is a copy of the process it is forked from, its memory
+    included: forked from the relay, it held what the relay had read and written for the episodes
+    before it and beside it (their prompts and replies, in live buffers and in freed memory), which
+    full Python reads. The spawner reads nothing but requests of three file descriptors (an
+    episode's ends of its pipes) and answers with the pid it forked; it never relays a message. It
+    collects its exited children at once (SIGCHLD), and exits when the template closes the socket.
+    Orphans (an episode's isolated process, once the forked one exits) go to the template, the
+    subreaper, as before."""
+
+    def __init__(self, first: dict, close: tuple[int, ...]):
+        import socket
+
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            mine.close()
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in close:  # not the template's channels to the trusted process
+                os.dup2(null, fd)
+            os.close(null)
+            code = 0
+            try:
+                self._serve(theirs, first)
+            except BaseException:  # noqa: BLE001 - the template sees the socket close
+                code = 1
+            os._exit(code)
+        theirs.close()
+        self.pid, self.sock = pid, mine
+
+    @staticmethod
+    def _serve(sock, first: dict) -> None:
+        import socket
+
+        signal.signal(signal.SIGCHLD, lambda *_: reap_exited())
+        while True:
+            try:
+                _, fds, _, _ = socket.recv_fds(sock, 1, 3)
+            except OSError:
+                return
+            if len(fds) != 3:
+                return  # the template is gone (or sent nothing an episode needs)
+            pid = _fork()
+            if pid == 0:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                sock.close()
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):  # stderr is a shared log: an episode must not leave notes there
+                    os.dup2(null, fd)
+                _episode(first, *fds)
+            for fd in fds:
+                os.close(fd)
+            sock.send(str(pid).encode())
+
+    def spawn(self, fds: list[int]) -> int:
+        """Fork an episode with ``fds`` (read end of its replies, write end of its messages, its report
+        pipe); its pid, or 0 when it could not be forked (the process limit, the spawner gone)."""
+        import socket
+
+        try:
+            socket.send_fds(self.sock, [b"e"], fds)
+            answer = self.sock.recv(32)
+        except OSError:
+            return 0
+        return int(answer) if answer.isdigit() and int(answer) > 0 else 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _fork() -> int:
+    """``os.fork()``, again a few times while the process limit refuses it (episodes ending); -1 if it
+    still does."""
+    for delay in (0.05, 0.1, 0.2, 0.4, 0.8, None):
+        try:
+            return os.fork()
+        except BlockingIOError:
+            if delay is None:
+                return -1
+            time.sleep(delay)
+    return -1
+
+
 def _parent(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
@@ -490,10 +566,12 @@ def main() -> None:
         ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come to the template
     except (OSError, AttributeError):
         pass
+    template.spawner = _Spawner(first, (0, out_fd))  # before the first message is relayed
     template.emit({"op": "ready"})
     template.loop(0)
     for episode in list(template.children):
         template.end(episode, report=False)
+    template.spawner.close()
 
 
 def _run_program(shipped: list[str]) -> None:

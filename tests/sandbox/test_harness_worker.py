@@ -278,6 +278,34 @@ def test_the_template_and_sibling_pipes_are_out_of_reach(unlinted):
         assert t.error is None and len(t.steps) == 1  # the write to fd 1 reached nobody
 
 
+@pytest.mark.parametrize("concurrency", [1, 4], ids=["one after another", "side by side"])
+def test_an_episodes_memory_holds_nothing_of_another_episodes_replies(unlinted, concurrency):
+    """An episode is a copy of the process it was forked from. Forked from the template, which relays
+    every episode's prompts and replies, it held them (live buffers, freed memory): full Python read the
+    replies of the episodes before it and beside it out of its own memory. Forked from the spawner,
+    which relays nothing, an episode finds only its own reply in all of its writable memory."""
+    import hashlib
+
+    def model(prompt: str) -> str:  # long replies: freed, they stay in memory (short ones are reused)
+        return "MARK-" + hashlib.sha256(prompt.encode()).hexdigest()[:8] + " lorem ipsum" * 400
+
+    ref = unlinted(
+        "import ctypes, re\n"
+        "obs, info = env.reset()\n"
+        "mine = llm.complete(obs, max_tokens=8).split()[0].encode()\n"
+        "found = set()\n"
+        "for line in open('/proc/self/maps'):\n"
+        "    span, perms = line.split()[:2]\n"
+        "    lo, hi = (int(x, 16) for x in span.split('-'))\n"
+        "    if perms.startswith('rw') and hi - lo < 1 << 28:\n"
+        "        found.update(re.findall(rb'MARK-[0-9a-f]{8}', ctypes.string_at(lo, hi - lo)))\n"
+        "others = sorted(m.decode() for m in found - {mine})\n"
+        "env.step('report ' + str(mine in found) + ' ' + ' '.join(others[:3]))"
+    )
+    trajs = rollouts(ref, n=8, llm=ScriptedLLM(model), concurrency=concurrency)
+    assert [reported(t) for t in trajs] == ["report True "] * 8, [reported(t) for t in trajs]
+
+
 # ------------------------------------------------------------------------------------ protocol abuse
 
 
