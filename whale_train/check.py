@@ -258,11 +258,9 @@ def check_harness(
     task_sets = [TaskSet({**base_kwargs, "split": split}, ids) for split, ids in groups]
     replays: dict[tuple, bool] = {}
     # The model-free stand-ins share a sandboxed worker per model flag (reusing_workers: one worker start
-    # instead of one per stand-in, about 0.1 s of CPU each). An episode is a fork of its worker's
-    # template, which relayed the earlier episodes' messages, so it may meet remnants of the other
-    # model-free stand-ins' outputs, which its own model's outputs already show to be no real model's.
-    # The real model's part (OtherTaskReal: the stand-in a harness cannot tell from the real model) gets
-    # a worker of its own, so nothing there shows the stand-ins ran before it.
+    # instead of one per stand-in, about 0.1 s of CPU each). The real model's part (OtherTaskReal: the
+    # stand-in a harness cannot tell from the real model) gets a worker of its own all the same: it does
+    # not rest on the worker's spawner alone to keep the stand-ins' episodes away from it.
     shared = contextlib.ExitStack()
     shared.enter_context(reusing_workers())
     with shared:

@@ -363,12 +363,3 @@ def test_the_model_free_stand_ins_share_a_worker_and_the_real_models_part_gets_i
     assert len(started) == 2  # empty, random and plausible share one; other-task alone
     assert check_harness(h0, ENV, env_kwargs=KWARGS, n_tasks=8).ok  # six model-free, two flags
     assert len(started) == 4 and all(p.poll() is not None for p in started)
-
-
-def test_reusing_worker_blocks_do_not_nest():
-    from whale_train.rollout import reusing_workers
-
-    with reusing_workers(), pytest.raises(RuntimeError, match="do not nest"), reusing_workers():
-        pass
-    with reusing_workers():  # the refused inner block left the outer one working, and it ended
-        pass

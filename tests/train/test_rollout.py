@@ -150,10 +150,10 @@ def test_the_worker_runs_the_tool_calls_of_different_episodes_at_once():
 
 
 def test_rollouts_in_a_reusing_workers_block_share_a_worker_and_give_the_same_trajectories(monkeypatch):
-    """``reusing_workers`` (``check_harness``'s evaluation per stand-in): the block's rollouts of one
-    harness with the same settings start one sandboxed worker, not one each; another model flag gets a
-    worker of its own; the trajectories are those of rollouts each with a fresh worker; and every worker
-    of the block has ended when the block ends."""
+    """``reusing_workers`` (a run's units, ``check_harness``'s evaluation per stand-in): the block's
+    rollouts of one harness with the same settings start one sandboxed worker, not one each; another
+    model flag gets a worker of its own; the trajectories are those of rollouts each with a fresh
+    worker; every worker of the block has ended when the block ends; an inner block keeps its own."""
     from whale_train.rollout import reusing_workers, workers
 
     started = []
@@ -179,3 +179,10 @@ def test_rollouts_in_a_reusing_workers_block_share_a_worker_and_give_the_same_tr
         assert all(p.poll() is None for p in started)  # kept for the block's next rollout
     assert shared[:2] == fresh and shared[3] == fresh[0] and all(r for _, r, _ in shared[2])
     assert all(p.poll() is not None for p in started)  # ended (and reaped) with the block
+    started.clear()
+    with reusing_workers():
+        assert rollouts() == fresh[0] and len(started) == 1
+        with reusing_workers():  # an inner block keeps workers of its own
+            assert rollouts() == fresh[0] and len(started) == 2
+        assert started[1].poll() is not None and started[0].poll() is None
+        assert rollouts() == fresh[0] and len(started) == 2  # the outer block's worker again

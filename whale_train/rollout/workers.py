@@ -28,22 +28,19 @@ _IDLE = threading.local()
 def reusing_workers():
     """Within the block, this thread's rollouts of one harness with the same settings share one sandboxed
     worker instead of starting one each (a jail, an interpreter and the harness API: about 0.1 s of CPU).
-    A worker is a template that never runs harness code, and each episode is a fresh process forked from
-    it, so the episodes of a later rollout meet it as more episodes of the same rollout would (ids never
-    repeat), with one consequence that decides where a block may go: the template relays every message
-    of its episodes, and a forked episode is a copy of it, remnants included. So a block holds only
-    rollouts whose episodes may see each other's prompts and replies: ``check_harness``'s model-free
-    stand-ins, never a run's evaluations (the scored split) beside its training rollouts. The block's
-    workers are all ended when it ends."""
-    if getattr(_IDLE, "workers", None) is not None:
-        raise RuntimeError("reusing_workers blocks do not nest: an inner one would share the outer's workers")
+    A worker's template never runs harness code, and its episodes are forked by its spawner, which
+    relays no message (``harnesses.worker``), so the episodes of a later rollout meet a worker as more
+    episodes of the same rollout would: nothing of the earlier rollouts' prompts and replies is in
+    their memory, and episode ids never repeat. A block inside another keeps workers of its own (the
+    outer block's come back when it ends). The block's workers are all ended when it ends."""
+    outer = getattr(_IDLE, "workers", None)
     _IDLE.workers = {}
     try:
         yield
     finally:
         for worker in _IDLE.workers.values():
             worker.end()
-        _IDLE.workers = None
+        _IDLE.workers = outer
 
 
 def take_idle(settings: tuple) -> Worker | None:

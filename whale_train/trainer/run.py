@@ -17,6 +17,7 @@ from harnesses.loader import load_harness
 from whale_envs.sandbox import isolation_label
 from whale_train.eval_cache import EvalCache
 from whale_train.files import hold_folder, release_folder
+from whale_train.rollout import reusing_workers
 from whale_train.schedule import RunState, ScheduleDecision, make_schedule
 from whale_train.trainer.backend import load_backend
 from whale_train.trainer.config import TrainConfig
@@ -110,7 +111,8 @@ class Run(RunLanes, RunUnits, RunEvaluation, RunRecords):
 
     def run(self) -> dict[str, Any]:
         try:
-            return self._run()
+            with reusing_workers():  # a unit's rollouts and evaluations start no sandboxed worker anew
+                return self._run()
         finally:
             if self.tracker is not None:
                 self.tracker.close()
