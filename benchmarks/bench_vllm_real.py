@@ -4,7 +4,8 @@
   ``vllm.LLM.generate`` of the very same calls (every episode's i-th call in one batch, the same token
   ids and sampling parameters): the overhead of the harness loop, the batcher and the env (targets: at
   most 1.3x with the Python tool, 1.2x without). Trusted (the harness in this process) and isolated
-  (the harness in its sandboxed worker, each episode in namespaces of its own); with the tool, the
+  (the harness in its sandboxed worker, each episode in namespaces of its own; and with the worker
+  kept from one rollout to the next, as a run's units keep it: ``reusing_workers``); with the tool, the
   sandbox's warm pool on (``WHALE_SANDBOX_POOL`` default) and off (``0``: each call starts its jail
   and interpreter cold). The rest of the rollout's time is split into its parts: the engine (its time
   inside the rollout beyond the replay's), the tool (time a tool call was running and the engine was
@@ -69,14 +70,16 @@ def timed(fn: Callable[..., Any], intervals: list[tuple[float, float]]) -> Calla
 
 
 @pytest.mark.parametrize(
-    ("tool", "pool", "trusted"),
+    ("tool", "pool", "trusted", "kept"),
     [
-        (True, True, True),
-        (True, False, True),
-        (False, True, True),
-        (True, True, False),
-        (True, False, False),
-        (False, True, False),
+        (True, True, True, False),
+        (True, False, True, False),
+        (False, True, True, False),
+        (True, True, False, False),
+        (True, False, False, False),
+        (False, True, False, False),
+        (True, True, False, True),
+        (False, True, False, True),
     ],
     ids=[
         "tool-pool-trusted",
@@ -85,12 +88,27 @@ def timed(fn: Callable[..., Any], intervals: list[tuple[float, float]]) -> Calla
         "tool-pool-isolated",
         "tool-cold-isolated",
         "no-tool-isolated",
+        "tool-pool-isolated-kept",
+        "no-tool-isolated-kept",
     ],
 )
-def test_rollouts_against_raw_generate_of_the_same_calls(llm, tool, pool, trusted, monkeypatch):
+def test_rollouts_against_raw_generate_of_the_same_calls(
+    llm, tool, pool, trusted, kept, monkeypatch, request
+):
     """With the Python tool, a turn waits for the tool's sandboxed runs; without it
-    (``max_tool_calls=0``) what is left is the harness loop, the batcher and the env."""
+    (``max_tool_calls=0``) what is left is the harness loop, the batcher and the env. ``kept``: the
+    rollouts run inside ``reusing_workers`` as a run's units do (``whale_train.trainer.run``), so after
+    the warm-up each finds its sandboxed worker started."""
+    import contextlib
+
     from vllm import SamplingParams
+
+    from whale_train.rollout import reusing_workers
+
+    block = contextlib.ExitStack()
+    request.addfinalizer(block.close)
+    if kept:
+        block.enter_context(reusing_workers())
 
     import whale_envs.math.env as math_env
     from whale_envs import sandbox
@@ -176,7 +194,7 @@ def test_rollouts_against_raw_generate_of_the_same_calls(llm, tool, pool, truste
         return statistics.median(f(r) for r in rows)
 
     ratios = [r["total"] / r["raw"] for r in rows]
-    mode = f"{'trusted' if trusted else 'isolated'}, {'with' if tool else 'without'} the tool"
+    mode = f"{'trusted' if trusted else 'isolated'}{' (worker kept)' if kept else ''}, {'with' if tool else 'without'} the tool"
     if tool:
         mode += f", pool {'on (' + str(sandbox.pool_size()) + ')' if pool else 'off'}"
     print(
