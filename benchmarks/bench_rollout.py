@@ -381,16 +381,16 @@ def test_episode_isolation_cost(benchmark, fresh_model_dir, monkeypatch, env_id,
     """Untrusted rollouts with a fresh process per episode vs the shared-process worker it replaced,
     side by side on the same episodes (target: at most 1.2x the time). The trajectories must be
     identical: isolation changes where the harness runs, not what it does."""
-    import whale_train.rollout.executors as executors
+    import whale_train.rollout.workers as workers
 
     llm = TransformersLLM(fresh_model_dir)
     ref = load_harness(harness)
     n = 4 if benchmark.disabled else 64  # `make test` only checks that both run and agree
     ids = gym.make(env_id, split="test").unwrapped.task_ids[:n]
-    forked = executors.worker_program
+    forked = workers.worker_program
 
     def seconds(program) -> tuple[float, list]:
-        monkeypatch.setattr(executors, "worker_program", program)
+        monkeypatch.setattr(workers, "worker_program", program)
         start = time.perf_counter()
         trajs = run_rollouts(ref, env_id, llm, ids, config=RolloutConfig(k=1, concurrency=n, trusted=False))
         return time.perf_counter() - start, trajs
