@@ -5,8 +5,8 @@ Both executors serve the same ``Episode`` operations and feed the same ``Batcher
 how the harness's handle calls reach the trusted side.
 
 The worker executor keeps ``concurrency`` episodes in flight in one sandboxed worker, each episode in
-a fresh process of its own forked from the worker's warm template (``harnesses.worker``), so no state
-flows between episodes. A watchdog ends every episode whose harness computes for longer than
+a fresh process of its own forked by the worker's spawner, which relays no message
+(``harnesses.worker``), so no state flows between episodes. A watchdog ends every episode whose harness computes for longer than
 ``limits.harness_seconds`` without an answered handle call, or whose whole wall time passes
 ``limits.episode_seconds``: that episode's process is killed and recorded as a timeout, the others
 go on (a batch of looping episodes costs one timeout, not one per episode). The harness's clock runs
