@@ -50,10 +50,9 @@ import re
 import select
 import signal
 import sys
-import time
 import traceback
 
-from whale_envs._children import isolate_episode, packed_syscall_filter, reap_exited
+from whale_envs._children import fork_retrying, isolate_episode, packed_syscall_filter, reap_exited
 
 #: The longest message an episode may send (an action, a prompt); a longer one ends the episode.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -446,7 +445,10 @@ class _Spawner:
                 return
             if len(fds) != 3:
                 return  # the template is gone (or sent nothing an episode needs)
-            pid = _fork()
+            try:
+                pid = fork_retrying()
+            except BlockingIOError:
+                pid = -1  # the template reports the episode as not forked
             if pid == 0:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 sock.close()
@@ -472,19 +474,6 @@ class _Spawner:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def _fork() -> int:
-    """``os.fork()``, again a few times while the process limit refuses it (episodes ending); -1 if it
-    still does."""
-    for delay in (0.05, 0.1, 0.2, 0.4, 0.8, None):
-        try:
-            return os.fork()
-        except BlockingIOError:
-            if delay is None:
-                return -1
-            time.sleep(delay)
-    return -1
 
 
 def _parent(pid: int) -> int:

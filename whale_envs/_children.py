@@ -395,6 +395,18 @@ def install_syscall_filter(profile, libc=None):
             raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
+def fork_retrying():
+    """``os.fork()``, tried again after 0.05, 0.1, 0.2, 0.4 and 0.8 s while the process limit refuses it
+    (EAGAIN: the sandbox's process limit, met while other episodes end); ``BlockingIOError`` if it
+    still does."""
+    for delay in (0.05, 0.1, 0.2, 0.4, 0.8):
+        try:
+            return os.fork()
+        except BlockingIOError:
+            time.sleep(delay)
+    return os.fork()
+
+
 def isolate_episode():
     """Put what runs next alone at the OS level; fork semantics: returns 0 in the isolated process and
     its pid in the caller; raises ``OSError`` (in the caller, nothing forked or the fork reaped) when
@@ -437,16 +449,12 @@ def isolate_episode():
     finally:
         libc.prctl(4, 0, 0, 0, 0)  # not dumpable again, even when refused (an unisolated run goes on)
     ready_r, ready_w = os.pipe()
-    for delay in (0.05, 0.1, 0.2, 0.4, 0.8, None):
-        try:
-            pid = os.fork()
-            break
-        except BlockingIOError:  # EAGAIN: the sandbox's process limit, met while other episodes end
-            if delay is None:
-                os.close(ready_r)
-                os.close(ready_w)
-                raise
-            time.sleep(delay)
+    try:
+        pid = fork_retrying()
+    except BlockingIOError:
+        os.close(ready_r)
+        os.close(ready_w)
+        raise
     if pid == 0:
         os.close(ready_r)
         try:

@@ -27,7 +27,6 @@ are drawn from the ``train`` split and, when ``score_tasks`` are given, half fro
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
 from dataclasses import dataclass, field
@@ -257,16 +256,11 @@ def check_harness(
     )
     task_sets = [TaskSet({**base_kwargs, "split": split}, ids) for split, ids in groups]
     replays: dict[tuple, bool] = {}
-    # The model-free stand-ins share a sandboxed worker per model flag (reusing_workers: one worker start
-    # instead of one per stand-in, about 0.1 s of CPU each). The real model's part (OtherTaskReal: the
-    # stand-in a harness cannot tell from the real model) gets a worker of its own all the same: it does
-    # not rest on the worker's spawner alone to keep the stand-ins' episodes away from it.
-    shared = contextlib.ExitStack()
-    shared.enter_context(reusing_workers())
-    with shared:
+    # The stand-ins that show the same model flags share a sandboxed worker (reusing_workers: one worker
+    # start instead of one per stand-in, about 0.1 s of CPU each); the worker's spawner keeps each
+    # episode's memory free of the others' prompts and replies, as within one evaluation.
+    with reusing_workers():
         for model, mode in zip(models, labels, strict=True):
-            if isinstance(model, OtherTaskReal):
-                shared.close()  # ends the shared workers
 
             def tick(_t, mode=mode):
                 nonlocal done
