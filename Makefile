@@ -21,24 +21,28 @@ export TOKENIZERS_PARALLELISM = false
 
 install: $(VENV)/.installed
 
-# Two stamps: .installed-base is the package alone (what `make demo` needs: torch, transformers, trl,
-# the envs, TensorBoard and the plots), .installed adds the `dev` extra (pytest, ruff, the trackers,
-# Ray, accelerate, CairoSVG: what `make test` needs) and the `envs` extra (verifiers, reasoning-gym).
-# `make demo` then `make test` installs only the rest.
-# The test-only installs skip pip's ahead-of-time bytecode compilation (NO_COMPILE): it compiles every
-# module of every package (about 4 of 5 of torch's are never imported by the suites), and the suites
-# write the caches of what they import (TEST_ENV). The package itself, for `make demo`, is compiled.
+# Three stamps: .torch is the venv with pip and torch; .installed-base adds the package alone (what
+# `make demo` needs: transformers, trl, the envs, TensorBoard and the plots); .installed is the package
+# with the `dev` extra (pytest, ruff, the trackers, Ray, accelerate, CairoSVG: what `make test` needs)
+# and the `envs` extra (verifiers, reasoning-gym), in one pip run (one resolve on a fresh machine; it
+# stamps .installed-base too, which it includes). `make demo` then `make test` installs only the rest.
+# No install compiles bytecode ahead of time (NO_COMPILE): pip would compile every module of every
+# package (about 4 of 5 of torch's are never imported), where Python compiles and caches a module the
+# first time it is imported (the suites too, where the environment turns the caches off: TEST_ENV).
 NO_COMPILE = --no-compile
-$(VENV)/.installed-base: setup.cfg pyproject.toml
+$(VENV)/.torch:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet $(NO_COMPILE) torch==2.13.0
 	touch $@
 
-$(VENV)/.installed: $(VENV)/.installed-base
-	$(BIN)/python -m pip install --quiet $(NO_COMPILE) -e '.[dev,envs]'
+$(VENV)/.installed-base: $(VENV)/.torch setup.cfg pyproject.toml
+	$(BIN)/python -m pip install --quiet $(NO_COMPILE) -e .
 	touch $@
+
+$(VENV)/.installed: $(VENV)/.torch setup.cfg pyproject.toml
+	$(BIN)/python -m pip install --quiet $(NO_COMPILE) -e '.[dev,envs]'
+	touch $(VENV)/.installed-base $@
 
 install-pinned: $(PINNED)/.installed
 
@@ -77,6 +81,13 @@ VLLM_PIP_CHECK_OK = requires (torchvision|torchaudio|torchcodec), which is not i
 # A small KV cache (GiB) and the loopback address for the engine's sockets.
 VLLM_ENV = VLLM_CPU_KVCACHE_SPACE=1 VLLM_HOST_IP=127.0.0.1
 
+# One interpreter checks what the engine imports and what vLLM's CLI reads as its version (`vllm
+# --version` prints importlib.metadata's; starting the CLI itself costs 10 s of CPU, and the suite's
+# `vllm serve` tests start it anyway).
+export VLLM_IMPORT_CHECK = import importlib.metadata as m, torch, vllm; \
+  assert torch.__version__ == "2.13.0+cpu", torch.__version__; \
+  assert m.version("vllm") == "0.32.0+cpu", m.version("vllm")
+
 install-vllm: $(VLLM_VENV)/.installed
 
 $(VLLM_VENV)/.base: Makefile
@@ -91,8 +102,7 @@ $(VLLM_VENV)/.installed: $(VLLM_VENV)/.base setup.cfg pyproject.toml Makefile be
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes $(VLLM_LEFT_OUT)
 	$(VLLM_VENV)/bin/python benchmarks/vllm_dist_shim.py
 	$(VLLM_VENV)/bin/python -m pip check 2>/dev/null | grep -v -E '$(VLLM_PIP_CHECK_OK)' && exit 1 || true
-	PYTHONDONTWRITEBYTECODE= $(VLLM_VENV)/bin/python -c "import torch, vllm; assert torch.__version__ == '2.13.0+cpu', torch.__version__"
-	$(VLLM_ENV) PYTHONDONTWRITEBYTECODE= $(VLLM_VENV)/bin/vllm --version | grep -q -x '0.32.0+cpu'
+	$(VLLM_ENV) PYTHONDONTWRITEBYTECODE= $(VLLM_VENV)/bin/python -c "$$VLLM_IMPORT_CHECK"
 	touch $@
 
 test-vllm: install-vllm
