@@ -52,17 +52,20 @@ def _close() -> None:
             starter.close()
 
 
-def whale_train(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``whale train ARGS`` with :func:`base_env` plus ``env``: warm where the zygote takes it, fresh
-    otherwise; its exit code (-9 for a SIGKILL) and its output (stdout and stderr together)."""
+def whale_train(
+    args: list[str], env: dict[str, str] | None = None, cwd: str | None = None
+) -> subprocess.CompletedProcess:
+    """``whale train ARGS`` with :func:`base_env` plus ``env``, in ``cwd`` (this process's by default):
+    warm where the zygote takes it, fresh otherwise; its exit code (-9 for a SIGKILL) and its output
+    (stdout and stderr together)."""
     run_env = {**base_env(), **(env or {})}
     cmd = [sys.executable, "-m", "whale_train.cli", "train", *args]
     with tempfile.TemporaryFile() as log:
         starter = _starter(run_env)
-        code = starter.run(["train", *args], run_env, log.fileno()) if starter is not None else None
+        code = starter.run(["train", *args], run_env, log.fileno(), cwd) if starter is not None else None
         if code is None:
             code = subprocess.run(
-                cmd, env=run_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                cmd, env=run_env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             ).returncode
         log.seek(0)
         out = log.read().decode("utf-8", "replace")

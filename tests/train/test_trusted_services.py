@@ -391,23 +391,11 @@ def finished_run(tmp_path_factory):
 
 
 def _resume(out: Path, *flags: str):
-    import subprocess
-    import sys
+    """``whale train --out OUT --resume --no-report FLAGS`` from the run's parent folder (forked warm:
+    tests/warm.py); its output, stdout and stderr together, in ``stdout``."""
+    from tests.warm import whale_train
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "whale_train.cli",
-        "train",
-        "--out",
-        str(out),
-        "--resume",
-        "--no-report",
-        *flags,
-    ]
-    return subprocess.run(
-        cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, cwd=out.parent
-    )
+    return whale_train(["--out", str(out), "--resume", "--no-report", *flags], cwd=str(out.parent))
 
 
 def _state_file(out: Path) -> Path:
@@ -430,9 +418,9 @@ def test_whale_train_resume_refuses_a_pickle_payload_in_one_line_and_never_runs_
     torch.save({**extra, "note": Payload(marker)}, state)
     done = _resume(out)
     assert done.returncode != 0
-    errors = [line for line in done.stderr.splitlines() + done.stdout.splitlines() if "--trust-state" in line]
-    assert len(errors) == 1 and str(state) in errors[0].replace("\n", ""), done.stderr + done.stdout
-    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stdout.splitlines() if "--trust-state" in line]
+    assert len(errors) == 1 and str(state) in errors[0].replace("\n", ""), done.stdout
+    assert "Traceback" not in done.stdout
     assert not marker.exists()
     assert not (out / "trusted_state.log").exists()
 
@@ -448,8 +436,8 @@ def test_with_trust_state_an_older_state_file_still_loads_and_the_run_records_it
     state = _state_file(out)
     extra = torch.load(state, weights_only=True)
     torch.save({**extra, "args": argparse.Namespace(note="an older format")}, state)  # harmless, not plain
-    assert "--trust-state" in _resume(out).stderr
+    assert "--trust-state" in _resume(out).stdout
     done = _resume(out, "--trust-state")
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, done.stdout[-2000:]
     record = (out / "trusted_state.log").read_text()
     assert str(state) in record and "--trust-state" in record

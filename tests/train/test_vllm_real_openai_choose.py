@@ -17,6 +17,9 @@ pytestmark = pytest.mark.vllm_real
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+#: Rounds of the timed replay (each replays every choose on the three paths). One in the suite, which
+#: only prints the times; ``WHALE_CHOOSE_ROUNDS=3`` for a median worth quoting.
+ROUNDS = int(os.environ.get("WHALE_CHOOSE_ROUNDS", "1"))
 
 
 def test_chess_choose_through_vllms_server_is_one_request_per_choose_and_picks_what_in_process_picks(
@@ -68,9 +71,9 @@ def test_chess_choose_through_vllms_server_is_one_request_per_choose_and_picks_w
         assert [[m for m, _ in t] for t in theirs] == [[m for m, _ in t] for t in mine]  # the same picks
         flat = [lp for t in mine for _, lp in t]
         assert [lp for t in theirs for _, lp in t] == pytest.approx(flat, abs=1e-3)
-        # the chooses alone, replayed on each path in turn (3 rounds, median): no env, no harness
+        # the chooses alone, replayed on each path in turn (ROUNDS rounds, median): no env, no harness
         times: dict[str, list[float]] = {"in process": [], "server, list": [], "server, per option": []}
-        for _ in range(3):
+        for _ in range(ROUNDS):
             for name, llm in zip(times, (local, remote, per_option), strict=True):
                 start = time.perf_counter()
                 got = [llm.score(p, o) for p, o in chooses]
