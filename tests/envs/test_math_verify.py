@@ -216,6 +216,24 @@ def test_the_timeout_fires_and_is_recorded():
     assert check("2\\sqrt{2}", "\\sqrt{8}").solved  # a fresh helper takes the next comparison
 
 
+def test_a_decided_comparison_is_asked_of_the_helper_once_and_a_timeout_every_time(monkeypatch):
+    asked = []
+    run = verify._SymbolicHelper.run
+    monkeypatch.setattr(
+        verify._SymbolicHelper, "run", lambda self, job, t: asked.append(job) or run(self, job, t)
+    )
+    _HELPER.close()  # nothing remembered from earlier tests
+    for _ in range(3):
+        v = check("\\frac{6}{2\\sqrt{2}}", "\\frac{3\\sqrt{2}}{2}")
+        assert v.solved and v.matcher == "math_verify"
+    assert len(asked) == 1  # the same answer for the same gold: one symbolic comparison
+    assert not check("\\frac{6}{2\\sqrt{3}}", "\\frac{3\\sqrt{2}}{2}").solved
+    assert len(asked) == 2  # another answer is compared
+    for _ in range(2):
+        assert check("(x+2)^{40}", "(x+1)^{40}", timeout_s=0.02).timed_out
+    assert len(asked) == 4  # a timeout is never remembered: it is asked again
+
+
 def test_any_thread_uses_the_sandboxed_helper_and_a_silent_helper_is_killed(monkeypatch):
     def in_thread(*args, **kwargs):
         out = []

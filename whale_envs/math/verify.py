@@ -411,9 +411,15 @@ class _SymbolicHelper:
 class _HelperPool:
     """``SIZE`` sandboxed helpers, each running one comparison at a time: an answer that takes its whole
     CPU limit (or restarts its helper) holds one helper, and the other comparisons go on in the rest.
-    A caller waits only when every helper is busy. Helpers start on first use, one at a time as needed."""
+    A caller waits only when every helper is busy. Helpers start on first use, one at a time as needed.
+
+    A comparison the helper decided is remembered (the last ``MEMO`` of them, keyed by its whole job and
+    CPU limit): the symbolic step is a pure function of its texts, and the same answer meets the same
+    gold again and again (the samples of one task, the stand-ins of ``whale check``, a task scored in
+    every evaluation of a run). A timeout or an error is never remembered: it is asked again."""
 
     SIZE = 2
+    MEMO = 20_000
 
     def __init__(self, size: int = SIZE) -> None:
         self._size = size
@@ -423,6 +429,7 @@ class _HelperPool:
         self._cond = threading.Condition()
         self._helpers = [_SymbolicHelper() for _ in range(self._size)]
         self._idle = list(self._helpers)
+        self._memo: dict[str, tuple[bool | None, str]] = {}
 
     def _after_fork(self) -> None:  # a forked child: the parent's helpers (and lock state) are not ours
         self._reset()
@@ -442,10 +449,21 @@ class _HelperPool:
             self._cond.notify()
 
     def compare(self, gold: Any, pred: Any, timeout_s: float, mode: str = "one") -> tuple[bool | None, str]:
-        """One comparison in a free helper (see :func:`whale_envs.math._symbolic.compare` for ``mode``)."""
+        """One comparison in a free helper (see :func:`whale_envs.math._symbolic.compare` for ``mode``),
+        or its remembered decision."""
+        job = {"gold": gold, "pred": pred, "mode": mode}
+        key = json.dumps([job, timeout_s])
+        with self._cond:
+            if key in self._memo:
+                return self._memo[key]
         helper = self._acquire()
         try:
-            decided, matcher = helper.run({"gold": gold, "pred": pred, "mode": mode}, timeout_s)
+            decided, matcher = helper.run(job, timeout_s)
+            if matcher not in ("timeout", "error"):
+                with self._cond:
+                    if len(self._memo) >= self.MEMO:
+                        self._memo.pop(next(iter(self._memo)))  # the oldest
+                    self._memo[key] = (decided, matcher)
             if not helper.started:  # killed (timeout, error): its caller pays for the fresh one, not the next
                 try:
                     helper.ensure_started()
@@ -460,8 +478,11 @@ class _HelperPool:
         return [h._proc for h in self._helpers if h._proc is not None]
 
     def close(self) -> None:
+        """Stop every helper and forget the remembered decisions (the next comparison starts afresh)."""
         for helper in self._helpers:
             helper.close()
+        with self._cond:
+            self._memo.clear()
 
 
 _HELPER = _HelperPool()
