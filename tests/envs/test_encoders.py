@@ -23,10 +23,6 @@ from tests.tiny_bert import save_random_bert, words_of
 from whale_envs.search.corpus import Corpus
 from whale_envs.search.dense import DenseIndex, DenseIndexError, Encoder, build_index, encoder_config
 
-sentence_transformers = pytest.importorskip(
-    "sentence_transformers", reason="sentence-transformers is in the dev extra"
-)
-
 QUERIES = ["capital of France", "who wrote the hobbit", "a river through paris and the seine"]
 TEXTS = [f'"{t}"\n{x}' for _, t, x in PASSAGES]
 LEGACY = {  # the Pooling config as sentence-transformers 2.x wrote it (all-MiniLM-L6-v2's style)

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-import reasoning_gym
 from gymnasium.utils.env_checker import check_env
 
 from harnesses.loader import harness_from_source, load_harness
+from tests.lazy import LazyModule
 from tests.small_train import run_train, small_train_config
 from tests.train.test_trainer import units
 from whale_envs import REASONING_GYM_ID
@@ -39,6 +39,8 @@ from whale_train.llm.scripted import ScriptedLLM
 from whale_train.meta_harness.archive import Archive
 from whale_train.meta_harness.library import library_for
 from whale_train.rollout import RolloutConfig, run_rollouts
+
+reasoning_gym = LazyModule("reasoning_gym")  # imported by the first test using it
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSITE = {"leg_counting": 1, "basic_arithmetic": 1}

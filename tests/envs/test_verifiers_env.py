@@ -29,13 +29,15 @@ from gymnasium.utils.env_checker import check_env
 
 import whale_envs
 from tests.http_fake import send_json
+from tests.lazy import LazyModule
 from tests.small_train import run_train, small_train_config
 from tests.train.test_trainer import MODEL, units
 from whale_envs.tasks import TaskSourceError
 from whale_train.cli import main
 from whale_train.rollout.episode import harness_view
 
-vf = pytest.importorskip("verifiers.v1", reason="the envs extra: pip install 'whale-harness[envs]'")
+#: verifiers.v1 (the envs extra: pip install 'whale-harness[envs]'), imported by the first test using it
+vf = LazyModule("verifiers.v1")
 
 VENV_BIN = Path(sys.executable).parent
 
