@@ -343,6 +343,11 @@ def _value_text(piece: str, gold_has_equals: bool) -> str:
 # ------------------------------------------------------------------------------------ the sandboxed helper
 
 
+#: The helper's answers that decide nothing: its comparison ran out of CPU or failed. The helper is then
+#: replaced (whatever state it is in) and the comparison is not remembered.
+UNDECIDED = ("timeout", "error")
+
+
 class _SymbolicHelper:
     """One sandboxed process that runs step 5 (:mod:`whale_envs.math._symbolic`); used by one thread at a
     time (the :class:`_HelperPool` hands it out)."""
@@ -396,7 +401,7 @@ class _SymbolicHelper:
             line = proc.stdout.readline()
             if line:
                 decided, matcher = json.loads(line)
-                if matcher in ("timeout", "error"):
+                if matcher in UNDECIDED:
                     self.close()  # a fresh helper for the next comparison, whatever state this one is in
                 return decided, matcher
         self.close()
@@ -459,7 +464,7 @@ class _HelperPool:
         helper = self._acquire()
         try:
             decided, matcher = helper.run(job, timeout_s)
-            if matcher not in ("timeout", "error"):
+            if matcher not in UNDECIDED:
                 with self._cond:
                     if len(self._memo) >= self.MEMO:
                         self._memo.pop(next(iter(self._memo)))  # the oldest
