@@ -386,10 +386,12 @@ def test_a_broken_push_fails_its_check_naming_the_weight(tied_in_process, tied_d
     assert llm.verify_push(original)["ok"]
 
 
-def test_whale_train_stops_in_one_line_when_a_push_fails_its_check(tied_dir, tmp_path):
+def test_whale_train_stops_in_one_line_when_a_push_fails_its_check(tied_dir, tmp_path, monkeypatch, capsys):
     import yaml
 
     from tests.train.test_trainer import SMOKE
+    from whale_train.cli import main
+    from whale_train.llm import vllm_backend
 
     config = tmp_path / "vllm.yaml"
     data = {"model": tied_dir, "method": "weight-only", **SMOKE, "budget_rollouts": 16, "backend": "vllm"}
@@ -401,16 +403,26 @@ def test_whale_train_stops_in_one_line_when_a_push_fails_its_check(tied_dir, tmp
         "multiprocess": False,
     }
     config.write_text(yaml.safe_dump(data))
-    code = (
-        "import sys\n"
-        "from whale_train.llm import vllm_backend\n"
-        "vllm_backend.refresh_tied_layers = lambda model: []  # the push before the fix\n"
-        "from whale_train.cli import main\n"
-        f"sys.exit(main(['train', {str(config)!r}, '--out', {str(tmp_path / 'run')!r}, '--no-report']))\n"
-    )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=500)
-    text = run.stdout + run.stderr
-    assert run.returncode == 1, text[-3000:]
+    # `whale train` in this process, where vLLM and the trainer are imported already (a fresh interpreter
+    # spent about 30 s of CPU importing them), with the push before the fix; the engine it starts is
+    # closed here, as the end of its process would have
+    monkeypatch.setattr(vllm_backend, "refresh_tied_layers", lambda model: [])
+    engines: list = []
+    start = vllm_backend.VLLMLLM.__init__
+
+    def started(self, *args, **kwargs):
+        engines.append(self)
+        start(self, *args, **kwargs)
+
+    monkeypatch.setattr(vllm_backend.VLLMLLM, "__init__", started)
+    try:
+        code = main(["train", str(config), "--out", str(tmp_path / "run"), "--no-report"])
+    finally:
+        for engine in engines:
+            engine.close()
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code == 1 and len(engines) == 1, text[-3000:]
     error = " ".join(text[text.index("error: weight push") :].split())  # (rich wraps at the console's width)
     assert text.count("error:") == 1 and "check failed" in error and "lm_head" in error, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
