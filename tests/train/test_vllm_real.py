@@ -403,16 +403,16 @@ def test_whale_train_stops_in_one_line_when_a_push_fails_its_check(tied_dir, tmp
         "multiprocess": False,
     }
     config.write_text(yaml.safe_dump(data))
-    # `whale train` in this process, where vLLM and the trainer are imported already (a fresh interpreter
-    # spent about 30 s of CPU importing them), with the push before the fix; the engine it starts is
-    # closed here, as the end of its process would have
+    # `whale train` in this process, where vLLM and the trainer are imported already (in a fresh
+    # interpreter the tied-head tests took 20 s more CPU), with the push before the fix; the engine it
+    # starts is closed here, as the end of its process would have
     monkeypatch.setattr(vllm_backend, "refresh_tied_layers", lambda model: [])
     engines: list = []
     start = vllm_backend.VLLMLLM.__init__
 
     def started(self, *args, **kwargs):
-        engines.append(self)
         start(self, *args, **kwargs)
+        engines.append(self)  # (one that failed to start has nothing to close)
 
     monkeypatch.setattr(vllm_backend.VLLMLLM, "__init__", started)
     try:
