@@ -119,6 +119,30 @@ def test_lora_trains_adapters_only(fresh_model_dir):
     assert any(not torch.equal(lora[n], after[n]) for n in lora)
 
 
+def test_a_ctrl_c_that_datasets_swallows_while_hashing_a_step_adds_no_warning(
+    fresh_model_dir, monkeypatch, capfd
+):
+    """datasets hashes the transform each SFTTrainer maps its dataset with; a Ctrl-C landing there is
+    swallowed by a bare ``except:`` (the trainer's INTERRUPTED flag stops the run), which warned that
+    the transform "couldn't be hashed properly": a second line under ``whale train``'s one on Ctrl-C."""
+    from datasets import fingerprint
+
+    hit = []
+    update = fingerprint.Hasher.update
+
+    def interrupted(self, value):
+        if callable(value) and not hit:
+            hit.append(value)
+            raise KeyboardInterrupt  # as the SIGINT handler raises it (whale_train/trainer/interrupt.py)
+        return update(self, value)
+
+    monkeypatch.setattr(fingerprint.Hasher, "update", interrupted)
+    monkeypatch.setattr(fingerprint, "fingerprint_warnings", {})  # datasets warns once a process
+    assert rsft(fresh_model_dir, reward_threshold=0.0, require_stop=False).step().updated
+    assert hit, "datasets hashed no transform: this test no longer reaches the swallowed interrupt"
+    assert "couldn't be hashed" not in capfd.readouterr().err
+
+
 def test_the_trainers_garbage_collection_walks_only_what_the_step_made(fresh_model_dir, monkeypatch):
     """The HF Trainer's full gc.collect() at each train() (accelerate's free_memory) runs with everything
     older frozen (its cost was the process's size: 2x the wall time of a CPU run); unfrozen afterwards,

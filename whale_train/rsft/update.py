@@ -84,6 +84,12 @@ class RSFTUpdater:
         from trl import SFTConfig, SFTTrainer
 
         datasets.disable_progress_bars()
+        # A Ctrl-C that lands while datasets hashes the transform an SFTTrainer maps its dataset with is
+        # swallowed by datasets' bare `except:` (the trainer's INTERRUPTED flag still stops the run), which
+        # then warns that the transform "couldn't be hashed properly": a second line under `whale train`'s
+        # one line on Ctrl-C. These datasets live in memory, never in a cache file, so the random
+        # fingerprint it falls back to changes nothing.
+        logging.getLogger("datasets.fingerprint").setLevel(logging.ERROR)
         cfg = self.config
         rows, distributed_args = training_rows(examples, cfg, self.tokenizer)  # (under accelerate: see there)
         kwargs = sft_arguments(cfg, self._scratch.name, self.bf16)
