@@ -3,10 +3,12 @@
 (``DistributedUpdater``), the others follow. Writes the trained weights (gathered from every rank's
 share under FSDP2) and the optimizer's step counts to OUT (used by tests/train/test_scale_accelerate.py).
 ``--save CKPT`` saves a resume checkpoint after the first call (``rsft.save_checkpoint``: every rank
-takes part); ``--resume CKPT`` loads one on every rank and makes only the second call.
+takes part); ``--resume CKPT`` loads one on every rank and makes only the second call. ``--fresh OUT2``
+(one process only) then makes the same two calls again from the shipped weights with a new AdamW each
+step (``--keep-optimizer 0``), and writes their result to OUT2.
 
     python tests/accelerate_equivalence.py OUT [--keep-optimizer 0|1] [--examples 8] [--batch 8]
-        [--save CKPT | --resume CKPT]
+        [--save CKPT | --resume CKPT] [--fresh OUT2]
 """
 
 from __future__ import annotations
@@ -77,11 +79,13 @@ if __name__ == "__main__":
     def option(name: str, default=None):
         return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
+    shape = int(option("--examples", 8)), int(option("--batch", 8))
     main(
         Path(sys.argv[1]),
         bool(int(option("--keep-optimizer", 1))),
-        int(option("--examples", 8)),
-        int(option("--batch", 8)),
+        *shape,
         option("--save"),
         option("--resume"),
     )
+    if option("--fresh"):
+        main(Path(option("--fresh")), False, *shape, None, None)

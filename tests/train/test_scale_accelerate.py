@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.train.conftest import SMOKE_KILLED
 from whale_train.distributed import per_device_batch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,12 +72,13 @@ def _accelerate(out: Path, processes: int, *extra: str, config: Path | None = No
 
 
 @pytest.fixture(scope="module")
-def one_process(tmp_path_factory) -> tuple[dict, Path]:
-    """The one-process reference of the DDP and FSDP2 tests (a process of its own, about 8 s of CPU), run
-    once: its result, and the checkpoint it saved after the first call (``--save``, which changes no
-    weight)."""
+def one_process(tmp_path_factory) -> tuple[dict, Path, dict]:
+    """The one-process reference of the DDP and FSDP2 tests (a process of its own, about 7 s of CPU), run
+    once: its result, the checkpoint it saved after the first call (``--save``, which changes no
+    weight), and the result of the same calls with a new AdamW each step (``--fresh``, in that process)."""
     out = tmp_path_factory.mktemp("one") / "one"
-    return _one_process(out, "--save", str(out / "checkpoint")), out / "checkpoint"
+    one = _one_process(out, "--save", str(out / "checkpoint"), "--fresh", str(out / "fresh"))
+    return one, out / "checkpoint", torch.load(out / "fresh" / "result.pt")
 
 
 def _relative(a: dict, b: dict, base: dict) -> float:
@@ -93,9 +95,8 @@ def test_two_processes_give_the_update_of_one(tmp_path, one_process):
     from whale_train.llm import default_model
 
     base = AutoModelForCausalLM.from_pretrained(default_model(), dtype=torch.float32).state_dict()
-    one = one_process[0]
+    one, _, fresh = one_process  # fresh: a new AdamW each step, what carrying the state avoids
     two = _accelerate(tmp_path / "two", 2)
-    fresh = _one_process(tmp_path / "fresh", keep=0)  # a new AdamW each step: what carrying the state avoids
     assert (one["world_size"], two["world_size"]) == (1, 2)
     # the Trainer's own optimizer kept its state across the two train() calls, on every rank count
     assert one["adam_steps"] and set(one["adam_steps"]) == {4} and set(two["adam_steps"]) == {4}
@@ -116,7 +117,7 @@ def test_fsdp2_on_two_ranks_gives_the_update_of_one_and_its_checkpoint_resumes(t
 
     base = AutoModelForCausalLM.from_pretrained(default_model(), dtype=torch.float32).state_dict()
     checkpoint = tmp_path / "checkpoint"
-    one, one_checkpoint = one_process
+    one, one_checkpoint, _ = one_process
     two = _accelerate(tmp_path / "two", 2, "--save", str(checkpoint), config=FSDP2)
     # each rank held about half of every parameter: the model really was sharded
     assert two["world_size"] == 2 and 0.4 < two["held"] < 0.6 and one["held"] == 1.0
@@ -191,20 +192,20 @@ def test_per_device_batch_splits_the_global_batch():
 
 
 @pytest.mark.slow
-def test_whale_train_on_two_ranks_is_the_run_of_one_with_ddp_and_fsdp2(tmp_path):
+@pytest.mark.xdist_group("smoke-grid")  # the worker that builds `smoke_grid` (tests/train/conftest.py)
+def test_whale_train_on_two_ranks_is_the_run_of_one_with_ddp_and_fsdp2(tmp_path, smoke_grid):
     import yaml
     from safetensors.torch import load_file
 
     from whale_train.compare import CompareConfig, plan
 
     spec = plan(CompareConfig.load(ROOT / "configs" / "compare" / "smoke.yaml"))[0]  # math, whale, seed 0
+    # the run of one process: the smoke grid's run of this config (a straight one: not the run it kills)
+    one = smoke_grid.out / "runs" / spec.config.name
+    assert spec.config.name not in (SMOKE_KILLED, *smoke_grid.first["invocation"]["failed"])
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(spec.config.to_dict()))
     train = ["-m", "whale_train.cli", "train", str(config), "--no-report", "--out"]
-    one = subprocess.run(
-        [sys.executable, *train, str(tmp_path / "one")], env=_env(), capture_output=True, text=True
-    )
-    assert one.returncode == 0, one.stderr[-3000:]
     accelerate = Path(sys.executable).parent / "accelerate"
     launchers = {  # DDP; FSDP2 with the shipped config (rank 0 then samples from an unsharded copy)
         "ddp": ["--multi_gpu", "--num_machines", "1", "--dynamo_backend", "no"],
@@ -218,27 +219,32 @@ def test_whale_train_on_two_ranks_is_the_run_of_one_with_ddp_and_fsdp2(tmp_path)
         two = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=ROOT)
         assert two.returncode == 0, two.stderr[-3000:]
 
-    def ledger(run: str) -> list[dict]:  # rank 0's loss is its own share's; wall-clock fields differ
+    def ledger(run: Path) -> list[dict]:
+        # rank 0's loss is its own share's; wall-clock fields differ; `cached`: which run of the grid
+        # scored a shared evaluation first
         def strip(x):
             if isinstance(x, dict):
-                return {k: strip(v) for k, v in x.items() if not k.endswith("seconds") and k != "loss"}
+                return {
+                    k: strip(v)
+                    for k, v in x.items()
+                    if not k.endswith("seconds") and k not in ("loss", "cached")
+                }
             return x
 
-        return [
-            strip(json.loads(line)) for line in (tmp_path / run / "ledger.jsonl").read_text().splitlines()
-        ]
+        return [strip(json.loads(line)) for line in (run / "ledger.jsonl").read_text().splitlines()]
 
     # rank 0 drove rollouts, evaluations and the ledger alone; the other rank only trained
-    versions = sorted(int(p.name) for p in (tmp_path / "one" / "checkpoints").iterdir() if p.name.isdigit())
-    assert len(versions) >= 3
+    versions = [p for p in (tmp_path / "ddp" / "checkpoints").iterdir() if p.name.isdigit()]
+    assert len(versions) >= 3  # the weights moved three times or more
     from whale_train.llm import default_model
 
     base = load_file(str(Path(default_model()) / "model.safetensors"))
-    a = load_file(str(tmp_path / "one" / "checkpoints" / str(versions[-1]) / "model.safetensors"))
+    (final,) = (one / "checkpoints").glob("resume-*")  # the weights the run ended with
+    a = load_file(str(final / "model.safetensors"))
     for name in launchers:
-        events = ledger(name)
-        assert events == ledger("one") and events[-1]["event"] == "stop", name
-        b = load_file(str(tmp_path / name / "checkpoints" / str(versions[-1]) / "model.safetensors"))
+        events = ledger(tmp_path / name)
+        assert events == ledger(one) and events[-1]["event"] == "stop", name
+        b = load_file(str(tmp_path / name / "checkpoints" / final.name / "model.safetensors"))
         assert a.keys() == b.keys() and _relative(a, b, base) < 1e-3, name
 
 
