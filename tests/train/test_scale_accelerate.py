@@ -162,7 +162,7 @@ def test_a_rank_stops_at_once_when_the_other_dies(tmp_path, killed):
         text=True,
     )
     survivor = subprocess.Popen(
-        [sys.executable, "-m", "whale_train.cli", "train", "demo", "--no-report", "--out", str(tmp_path / "run")],
+        [sys.executable, "-m", "whale_train.cli", "train", "smoke", "--no-report", "--out", str(tmp_path / "run")],
         env=rank(1 - killed), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
