@@ -125,23 +125,16 @@ class WarmStarter:
         keys = set(env) | set(self.env)
         return all(k.startswith(RUN_VARIABLES) or env.get(k) == self.env.get(k) for k in keys)
 
-    def run(
-        self,
-        args: list[str],
-        env: dict[str, str],
-        log_fd: int,
-        cwd: str | None = None,
-        err_fd: int | None = None,
-    ) -> int | None:
-        """``whale ARGS`` in a child of the zygote, its stdout on ``log_fd`` and its stderr on ``err_fd``
-        (``log_fd`` too by default); its exit code (minus the signal that killed it, as ``subprocess``),
-        or None when the zygote cannot take it (the caller starts it fresh)."""
+    def run(self, args: list[str], env: dict[str, str], log_fd: int, cwd: str | None = None) -> int | None:
+        """``whale ARGS`` in a child of the zygote, its stdout and stderr on ``log_fd``; its exit code
+        (minus the signal that killed it, as ``subprocess``), or None when the zygote cannot take it (the
+        caller starts it fresh)."""
         if not self.takes(env) or not self.ready():
             return None
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             try:
                 conn.connect(self.socket_path)
-                socket.send_fds(conn, [b"r"], [log_fd] if err_fd is None else [log_fd, err_fd])
+                socket.send_fds(conn, [b"r"], [log_fd])
                 request = {"args": args, "env": env, "cwd": cwd or os.getcwd()}
                 conn.sendall(json.dumps(request).encode() + b"\n")
             except OSError:  # the zygote died before it took the run
@@ -199,21 +192,17 @@ def _serve(path: str) -> dict[str, Any]:
                     raise SystemExit(0)
             elif ready is listener:
                 conn, _ = listener.accept()
-                fds: list[int] = []
                 try:
-                    _, fds, _, _ = socket.recv_fds(conn, 1, 2)  # stdout, and stderr where it goes apart
+                    _, fds, _, _ = socket.recv_fds(conn, 1, 1)
                     request = json.loads(conn.makefile("rb").readline())
                 except (OSError, ValueError):
-                    for fd in fds:
-                        os.close(fd)
                     conn.close()
                     continue
                 pid = os.fork()
                 if pid == 0:
-                    _become_run(fds[0], fds[-1], [listener, conn, *runs.values()])
+                    _become_run(fds[0], [listener, conn, *runs.values()])
                     return request
-                for fd in fds:
-                    os.close(fd)
+                os.close(fds[0])
                 runs[pid] = conn
             else:  # a caller hung up (its thread died): its run goes too
                 pid = next(p for p, c in runs.items() if c is ready)
@@ -232,10 +221,9 @@ def _serve(path: str) -> dict[str, Any]:
             conn.close()
 
 
-def _become_run(out_fd: int, err_fd: int, sockets: list[socket.socket]) -> None:
+def _become_run(log_fd: int, sockets: list[socket.socket]) -> None:
     """In a freshly forked child: dies with the zygote, takes the default Ctrl-C, drops the zygote's
-    sockets, and writes to the run's stdout and stderr (one file, the run's log, unless the caller
-    sent two)."""
+    sockets, and writes to the run's log."""
     set_death_signal = parent_death_signal()
     if set_death_signal is not None:
         set_death_signal()
@@ -244,11 +232,10 @@ def _become_run(out_fd: int, err_fd: int, sockets: list[socket.socket]) -> None:
         s.close()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    os.dup2(out_fd, 1)
-    os.dup2(err_fd, 2)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
     os.close(devnull)
-    for fd in {out_fd, err_fd}:
-        os.close(fd)
+    os.close(log_fd)
 
 
 def main() -> None:

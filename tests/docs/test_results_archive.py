@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.warm import whale
-
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("whale_results_archive", ROOT / "benchmarks" / "results.py")
 results = importlib.util.module_from_spec(_spec)
@@ -139,7 +137,14 @@ def test_the_decisive_table_rebuilds_byte_identical_from_the_archive(tmp_path):
     grid = tmp_path / "decisive.yaml"
     grid.write_text(yaml.safe_dump(data, sort_keys=False))
     out = tmp_path / "out"
-    proc = whale(["compare", str(grid), "--hours", "0", "--out", str(out)], cwd=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "whale_train.cli", "compare", str(grid), "--hours", "0", "--out", str(out)],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "179 finished, 0 to continue, 0 to start" in proc.stdout + proc.stderr
     for name in ("compare.md", "compare.json"):
