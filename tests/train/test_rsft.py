@@ -3,6 +3,8 @@ the epoch-ordered task stream, the config."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -141,6 +143,7 @@ def test_a_ctrl_c_that_datasets_swallows_while_hashing_a_step_adds_no_warning(
     assert rsft(fresh_model_dir, reward_threshold=0.0, require_stop=False).step().updated
     assert hit, "datasets hashed no transform: this test no longer reaches the swallowed interrupt"
     assert "couldn't be hashed" not in capfd.readouterr().err
+    assert logging.getLogger("datasets.fingerprint").level == logging.NOTSET  # only while the step maps
 
 
 def test_the_trainers_garbage_collection_walks_only_what_the_step_made(fresh_model_dir, monkeypatch):

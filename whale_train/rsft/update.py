@@ -84,12 +84,6 @@ class RSFTUpdater:
         from trl import SFTConfig, SFTTrainer
 
         datasets.disable_progress_bars()
-        # A Ctrl-C that lands while datasets hashes the transform an SFTTrainer maps its dataset with is
-        # swallowed by datasets' bare `except:` (the trainer's INTERRUPTED flag still stops the run), which
-        # then warns that the transform "couldn't be hashed properly": a second line under `whale train`'s
-        # one line on Ctrl-C. These datasets live in memory, never in a cache file, so the random
-        # fingerprint it falls back to changes nothing.
-        logging.getLogger("datasets.fingerprint").setLevel(logging.ERROR)
         cfg = self.config
         rows, distributed_args = training_rows(examples, cfg, self.tokenizer)  # (under accelerate: see there)
         kwargs = sft_arguments(cfg, self._scratch.name, self.bf16)
@@ -97,7 +91,8 @@ class RSFTUpdater:
         args = SFTConfig(**kwargs)
         for key, value in distributed_args.items():
             setattr(args, key, value)
-        with already_sharded(self.model):  # FSDP2: the first step sharded the model in place
+        # (already_sharded: FSDP2's first step sharded the model in place)
+        with already_sharded(self.model), fingerprint_warnings_off():
             trainer = SFTTrainer(
                 model=self.model,
                 args=args,
@@ -114,6 +109,23 @@ class RSFTUpdater:
         self.model.eval()
         tokens = sum(len(ex.completion_ids) for ex in examples)
         return float(result.training_loss), tokens
+
+
+@contextmanager
+def fingerprint_warnings_off() -> Iterator[None]:
+    """While an SFTTrainer maps its dataset: datasets' warnings about fingerprints off, then as before.
+
+    A Ctrl-C that lands while datasets hashes the transform is swallowed by datasets' bare ``except:``
+    (the trainer's INTERRUPTED flag still stops the run), which then warns that the transform "couldn't
+    be hashed properly": a second line under ``whale train``'s one line on Ctrl-C. These datasets live
+    in memory, never in a cache file, so the random fingerprint it falls back to changes nothing."""
+    log = logging.getLogger("datasets.fingerprint")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 @contextmanager
