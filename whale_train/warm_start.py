@@ -47,8 +47,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 ENV = "WHALE_WARM_START"
-#: What the zygote imports before it forks (what every ``whale train`` run imports, and most of its start).
-PRELOAD = ("torch", "transformers", "datasets", "trl")
+#: What the zygote imports before it forks (what every ``whale train`` run imports, and most of its start),
+#: then the smaller libraries every run imports too: the envs' Gymnasium and python-chess, and matplotlib's
+#: pyplot on the Agg backend (:func:`whale_train.report.pyplot`, for the report's plots): 0.2-0.5 s of CPU
+#: that each warm run of the ``smoke`` config spent importing them.
+PRELOAD = ("torch", "transformers", "datasets", "trl", "gymnasium", "chess")
 #: Variables a run may set differently from the zygote: read by WHALE's own modules, which each run
 #: imports itself.
 RUN_VARIABLES = "WHALE_"
@@ -59,8 +62,7 @@ def gc_paused() -> Iterator[None]:
     """Run the block (a process's start-up imports) with Python's cyclic garbage collector paused.
     Importing PyTorch and transformers makes about a million long-lived objects, and the collector
     walked the growing heap again and again meanwhile: 1.1-1.5 s of the 7 s of CPU those imports took
-    here. Nothing is frozen: ``rsft.update.step_garbage_only`` freezes the heap around each step
-    itself, and does so only where nothing else has."""
+    here. Nothing is frozen here (the zygote freezes its heap itself, once, before its first fork)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -244,11 +246,25 @@ def main() -> None:
     with gc_paused():
         for name in PRELOAD:
             importlib.import_module(name)
+        import matplotlib
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401 - the lazy modules a run loads
         from trl import SFTConfig, SFTTrainer  # noqa: F401
 
+        matplotlib.use("Agg")  # as whale_train.report.pyplot() sets it, before its first plot
+        import matplotlib.pyplot  # noqa: F401
+
     if sys.modules["torch"].cuda.is_initialized():  # a forked child could not use CUDA: none of this
         raise SystemExit("the imports initialised CUDA")
+    # What the imports made (about half a million objects) lives as long as every run forked from here:
+    # frozen for good, as Python's docs advise for a process that forks without exec. Made with the
+    # collector paused, those objects were still young at the fork, and each run's collections walked
+    # them (0.4 s) and wrote to their pages, each page then copied: measured side by side (CPU of the
+    # run and everything it started), a warm run of the ``smoke`` config took 2.8 s with the freeze,
+    # 4.6 s without it, and 4.3 s when a run's first RSFT step undid it. So no step undoes it:
+    # ``rsft.update.step_garbage_only`` leaves a frozen heap as it finds it, and each step's collection
+    # walks what the run made since the fork (about 0.1 s a step of the shipped model; a run of 15
+    # steps still took 0.7 s less).
+    gc.freeze()
     zygote = os.getpid()
     request = _serve(sys.argv[1])
     if os.getppid() != zygote:  # the zygote died between the fork and the death signal
