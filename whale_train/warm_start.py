@@ -48,9 +48,8 @@ from typing import Any
 
 ENV = "WHALE_WARM_START"
 #: What the zygote imports before it forks (what every ``whale train`` run imports, and most of its start),
-#: then the smaller libraries every run imports too: the envs' Gymnasium and python-chess, and matplotlib's
-#: pyplot on the Agg backend (:func:`whale_train.report.pyplot`, for the report's plots): 0.2-0.5 s of CPU
-#: that each warm run of the ``smoke`` config spent importing them.
+#: then the envs' Gymnasium and python-chess, which every run imports too (:func:`main` adds matplotlib's
+#: pyplot): together 0.2-0.5 s of CPU that each warm run of the ``smoke`` config spent importing them.
 PRELOAD = ("torch", "transformers", "datasets", "trl", "gymnasium", "chess")
 #: Variables a run may set differently from the zygote: read by WHALE's own modules, which each run
 #: imports itself.
@@ -250,7 +249,7 @@ def main() -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401 - the lazy modules a run loads
         from trl import SFTConfig, SFTTrainer  # noqa: F401
 
-        matplotlib.use("Agg")  # as whale_train.report.pyplot() sets it, before its first plot
+        matplotlib.use("Agg")  # as whale_train.report.pyplot() sets it for the report's plots
         import matplotlib.pyplot  # noqa: F401
 
     if sys.modules["torch"].cuda.is_initialized():  # a forked child could not use CUDA: none of this
