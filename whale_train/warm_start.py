@@ -274,6 +274,9 @@ def main() -> None:
     sys.argv = ["whale", *request["args"]]
     import runpy
 
+    from whale_train.rsft.update import heap_frozen_for_good  # (imported by the run, under its environment)
+
+    heap_frozen_for_good()  # each RSFT step then leaves the freeze alone without counting it
     runpy.run_module("whale_train.cli", run_name="__main__", alter_sys=True)
 
 

@@ -183,6 +183,14 @@ def test_the_trainers_garbage_collection_walks_only_what_the_step_made(fresh_mod
         assert 0 < gc.get_freeze_count() <= before  # another's freeze is not undone
     finally:
         gc.unfreeze()
+    # a freeze made for the process's life (a warm run's zygote) is left alone without counting it
+    import whale_train.rsft.update as update
+
+    monkeypatch.setattr(update, "_FROZEN_FOR_GOOD", True)
+    for name in ("get_freeze_count", "freeze", "unfreeze"):
+        monkeypatch.setattr(gc, name, lambda name=name: pytest.fail(f"gc.{name}() in a warm run's step"))
+    with step_garbage_only():
+        pass
 
 
 def test_task_stream_is_epoch_ordered_and_resumable():
