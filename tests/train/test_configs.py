@@ -103,12 +103,22 @@ def smoke_overrides(domain: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("domain", sorted(DOMAINS))
-def test_every_method_runs_on_every_domain_and_the_ledger_adds_up(domain, method, tmp_path):
+def test_every_method_runs_on_every_domain_and_the_ledger_adds_up(domain, method, tmp_path, monkeypatch):
+    from whale_train.rsft.operator import RSFT
+
     config = TrainConfig.load(CONFIGS / domain / f"{method}.yaml", smoke_overrides(domain))
     assert (config.env, config.tasks, config.budget_rollouts) == (*DOMAINS[domain], BUDGET)
+    written = []  # the checkpoints written (the model versions' and the resume ones)
+    save = RSFT.save
+    monkeypatch.setattr(RSFT, "save", lambda self, path: written.append(path.name) or save(self, path))
     summary = Run(config, tmp_path, log=lambda *_: None).run()
     events = ledger(tmp_path)
     us = units(events)
+    saves = [name for name in written if name.startswith("resume-")]
+    # one per weight unit: after a harness unit and at the end the state holds the same RSFT state
+    assert len(saves) == len(set(saves)) == sum(u["phase"] == "weight" for u in us), (saves, us)
+    end = json.loads((tmp_path / "state.json").read_text())
+    assert end["resume_from"] == (saves[-1] if saves else None)
     assert us and events[0]["event"] == "start" and events[-1]["event"] == "stop"
     assert sum(u["rollouts"] for u in us) == us[-1]["rollouts_total"] == summary["rollouts"]
     assert summary["rollouts"] <= config.budget_rollouts and "budget" in events[-1]["reason"]

@@ -67,6 +67,8 @@ class RunRecords(RunPart):
     started: float  # time.monotonic() when this process started the run
     elapsed_before: float  # wall seconds of the earlier processes of this run
     tracker: Tracker | None
+    #: ``((steps_done, stream position), folder)`` of the last resume checkpoint written or restored.
+    resume_saved: tuple[tuple[int, int], str] | None = None
 
     def _ledger(self, event: dict[str, Any]) -> None:
         event = {
@@ -111,11 +113,20 @@ class RunRecords(RunPart):
 
     def _save_state(self) -> None:
         """Save the model state of this unit under its own name, then point state.json at it (atomically),
-        then drop older ones: a kill at any moment leaves a state.json whose checkpoint is complete."""
+        then drop older ones: a kill at any moment leaves a state.json whose checkpoint is complete.
+        A unit after which the RSFT state is the one saved last (no step since: a harness unit, the
+        run's end) points at that checkpoint again instead of writing the same weights, optimizer state
+        and stream position once more."""
         resume_dir = None
         if self.rsft is not None and self.rsft.steps_done:
-            resume_dir = f"resume-{self.units}"
-            self.rsft.save(self.dir / "checkpoints" / resume_dir)
+            mark = (self.rsft.steps_done, self.rsft.stream.position)
+            last = self.resume_saved
+            if last is not None and last[0] == mark and (self.dir / "checkpoints" / last[1]).is_dir():
+                resume_dir = last[1]
+            else:
+                resume_dir = f"resume-{self.units}"
+                self.rsft.save(self.dir / "checkpoints" / resume_dir)
+                self.resume_saved = (mark, resume_dir)
         state = {
             "units": self.units,
             "ledger_lines": self.ledger_lines,
@@ -156,6 +167,7 @@ class RunRecords(RunPart):
                 self.rsft.trainer.load(self.dir / "checkpoints" / state["resume_from"])
             if self.rsft.pushes:  # vLLM, or a rollout copy: the engine gets the restored weights
                 self.rsft.push()
+            self.resume_saved = ((self.rsft.steps_done, self.rsft.stream.position), state["resume_from"])
         self.llm.version = state["model_version"]
         if state["harness"] != self.harness.name:
             self.harness = self._search().incumbent
