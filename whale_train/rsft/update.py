@@ -133,8 +133,9 @@ _FROZEN_FOR_GOOD = False
 
 
 def heap_frozen_for_good() -> None:
-    """Record that this process froze its heap (``gc.freeze()``) for the rest of its life, and so do the
-    processes it forks: :func:`step_garbage_only` then leaves the freeze alone without counting it."""
+    """Record that this process's heap stays frozen (``gc.freeze()``) for the rest of its life, as a run
+    forked from the warm-start zygote's frozen heap does: :func:`step_garbage_only` then leaves the
+    freeze alone without counting it."""
     global _FROZEN_FOR_GOOD
     _FROZEN_FOR_GOOD = True
 
@@ -153,8 +154,8 @@ def step_garbage_only() -> Iterator[None]:
     the only case this is used in): its state is the carried one and its parameters are the model's.
     Without it, the earlier step's AdamW state is garbage that this collection frees, so it stays whole.
     Where something else froze the heap already (vLLM does, after its start-up), nothing is changed:
-    unfreezing would undo its freeze too. A process that froze its heap for its whole life says so
-    once (:func:`heap_frozen_for_good`; the warm-start zygote does, before its forks): counting the
+    unfreezing would undo its freeze too. A process whose heap stays frozen for its whole life says so
+    once (:func:`heap_frozen_for_good`; a warm-started run does, before it starts): counting the
     frozen objects walks them all (45 ms a step in a warm run of the shipped model)."""
     if _FROZEN_FOR_GOOD or gc.get_freeze_count():
         yield
